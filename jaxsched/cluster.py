@@ -1,0 +1,218 @@
+"""Cluster specs: GPU models and their speeds, presets, and loaders for real node lists.
+
+A ``NodeTable`` is the host-side description (one row per node, numpy arrays, plus names);
+``to_cluster`` pads it to fixed shapes and returns the ``types.Cluster`` pytree the env uses.
+
+GPU speed table (work units per second; a job's run time is ``work_s / speed``):
+normalised single-GPU training throughput with the V100 at 1.0. P100, T4 and A10 follow
+the usual published training-throughput ratios (e.g. Gavel, OSDI '20; vendor benchmarks);
+the openb models G2 and G3 are undisclosed, so we pick G2 = 0.8 (a mid-range card, the most
+common model in openb) and G3 = 1.2 (newer, on the largest nodes); PAI's "MISC" = 0.5.
+These are defaults: pass ``speeds={...}`` to override any of them.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from jaxsched.errors import DataError
+from jaxsched.types import Cluster
+
+# Order fixes the model ids (bit positions of Jobs.model_mask); append, never reorder.
+MODEL_NAMES = ("V100M16", "V100M32", "P100", "T4", "A10", "G2", "G3", "V100", "MISC", "CPU")
+DEFAULT_SPEEDS = {
+    "V100M16": 1.0, "V100M32": 1.0, "V100": 1.0, "P100": 0.6, "T4": 0.45, "A10": 1.1,
+    "G2": 0.8, "G3": 1.2, "MISC": 0.5, "CPU": 1.0,
+}
+MAX_GPUS_PER_NODE = 8
+
+# Node types of openb_node_list_gpu_node.csv (Alibaba 2023) and how many nodes of each:
+# (model, gpus, cpu_milli, memory_mib, count). 1,213 nodes, 6,212 GPUs in all.
+OPENB_NODE_TYPES = (
+    ("G2", 8, 96000, 393216, 549),
+    ("T4", 2, 104000, 524288, 387),
+    ("P100", 2, 16000, 122880, 107),
+    ("G3", 8, 128000, 786432, 39),
+    ("V100M16", 4, 32000, 131072, 28),
+    ("P100", 2, 64000, 262144, 22),
+    ("V100M32", 8, 96000, 786432, 21),
+    ("V100M16", 1, 8000, 32768, 19),
+    ("T4", 4, 96000, 393216, 17),
+    ("V100M32", 4, 48000, 376832, 9),
+    ("V100M16", 8, 64000, 262144, 7),
+    ("P100", 1, 8000, 61440, 3),
+    ("P100", 2, 8000, 61440, 2),
+    ("A10", 1, 128000, 1048576, 2),
+    ("V100M16", 8, 82000, 344064, 1),
+)
+
+
+def model_id(name: str) -> int:
+    """Id of a GPU model name (its bit in a job's model mask)."""
+    return MODEL_NAMES.index(name)
+
+
+def model_mask(names) -> int:
+    """int32 bitmask of allowed models from an iterable of names (repeats are fine)."""
+    bits = 0
+    for name in names:
+        bits |= 1 << model_id(name)
+    return int(np.int32(np.uint32(bits)))
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeTable:
+    """Host-side node list, one entry per node."""
+
+    names: tuple
+    model: np.ndarray  # [n] int32 model ids
+    num_gpus: np.ndarray  # [n] int32
+    cpu_milli: np.ndarray  # [n] int32
+    mem_mib: np.ndarray  # [n] int32
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def total_gpus(self) -> int:
+        return int(self.num_gpus.sum())
+
+
+def _table(rows) -> NodeTable:
+    names, models, gpus, cpus, mems = zip(*rows) if rows else ((),) * 5
+    return NodeTable(
+        names=tuple(names),
+        model=np.asarray([model_id(m) for m in models], np.int32),
+        num_gpus=np.asarray(gpus, np.int32),
+        cpu_milli=np.asarray(cpus, np.int32),
+        mem_mib=np.asarray(mems, np.int32),
+    )
+
+
+def preset(num_nodes: int) -> NodeTable:
+    """A cluster of ``num_nodes`` whose node types follow the openb GPU-node mix.
+
+    Counts per type are proportional to openb's (largest remainder), so 32/64/128-node
+    presets keep the mix of 8-GPU G2 nodes, 2-GPU T4 and P100 nodes, V100 nodes, etc.
+    """
+    if num_nodes < 1:
+        raise DataError("preset", None, "num_nodes", f"must be >= 1, got {num_nodes}")
+    counts = np.array([t[4] for t in OPENB_NODE_TYPES], np.float64)
+    share = counts / counts.sum() * num_nodes
+    take = np.floor(share).astype(int)
+    for i in np.argsort(-(share - take), kind="stable")[: num_nodes - take.sum()]:
+        take[i] += 1
+    rows = []
+    for (model, gpus, cpu, mem, _), k in zip(OPENB_NODE_TYPES, take):
+        rows += [(f"{model.lower()}-{len(rows) + i:04d}", model, gpus, cpu, mem) for i in range(k)]
+    return _table(rows)
+
+
+def _int_field(path, line, field, text, minimum=0) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(path, line, field, f"not a number: {text!r}") from None
+    if not np.isfinite(value) or value != int(value):
+        raise DataError(path, line, field, f"not a whole number: {text!r}")
+    if value < minimum:
+        raise DataError(path, line, field, f"must be >= {minimum}, got {text}")
+    return int(value)
+
+
+def _model_field(path, line, field, text) -> str:
+    if text not in MODEL_NAMES:
+        raise DataError(path, line, field, f"unknown GPU model {text!r}; known: {MODEL_NAMES}")
+    return text
+
+
+def load_openb_nodes(path) -> NodeTable:
+    """Load an openb node list (``sn,cpu_milli,memory_mib,gpu,model``, with header).
+
+    CPU-only nodes (``gpu == 0``) get model "CPU" whatever their model column says.
+    """
+    path = Path(path)
+    need = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            raise DataError(path, None, None, "empty file (no header row)")
+        missing = [c for c in need if c not in reader.fieldnames]
+        if missing:
+            raise DataError(path, 1, missing[0], f"missing column(s) {missing}")
+        rows = []
+        for line, rec in enumerate(reader, start=2):
+            gpus = _int_field(path, line, "gpu", rec["gpu"])
+            if gpus > MAX_GPUS_PER_NODE:
+                raise DataError(path, line, "gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")
+            model = _model_field(path, line, "model", rec["model"]) if gpus else "CPU"
+            rows.append((rec["sn"], model, gpus,
+                         _int_field(path, line, "cpu_milli", rec["cpu_milli"]),
+                         _int_field(path, line, "memory_mib", rec["memory_mib"])))
+    if not rows:
+        raise DataError(path, None, None, "no nodes in file")
+    return _table(rows)
+
+
+def load_pai_machines(path) -> NodeTable:
+    """Load the PAI 2020 ``pai_machine_spec.csv`` (no header: machine,gpu_type,cap_cpu,cap_mem,cap_gpu).
+
+    ``cap_cpu`` is in cores (-> x1000 milli), ``cap_mem`` in GB (-> x1024 MiB). A
+    ``gpu_type`` of "CPU" (or cap_gpu == 0) is a CPU-only machine.
+    """
+    path = Path(path)
+    fields = ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu")
+    rows = []
+    with open(path, newline="") as f:
+        for line, rec in enumerate(csv.reader(f), start=1):
+            if not rec:
+                continue
+            if len(rec) != len(fields):
+                raise DataError(path, line, None, f"expected {len(fields)} fields {fields}, got {len(rec)}")
+            name, gpu_type, cap_cpu, cap_mem, cap_gpu = rec
+            gpus = _int_field(path, line, "cap_gpu", cap_gpu)
+            if gpus > MAX_GPUS_PER_NODE:
+                raise DataError(path, line, "cap_gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")
+            model = _model_field(path, line, "gpu_type", gpu_type) if gpus else "CPU"
+            rows.append((name, model, gpus, 1000 * _int_field(path, line, "cap_cpu", cap_cpu),
+                         1024 * _int_field(path, line, "cap_mem", cap_mem)))
+    if not rows:
+        raise DataError(path, None, None, "no machines in file")
+    return _table(rows)
+
+
+def to_cluster(table: NodeTable, pad_nodes: int | None = None, max_gpus: int = MAX_GPUS_PER_NODE,
+               speeds: dict | None = None) -> Cluster:
+    """Pad a ``NodeTable`` to ``pad_nodes`` x ``max_gpus`` and build the ``Cluster`` pytree (numpy)."""
+    n = len(table)
+    size = n if pad_nodes is None else pad_nodes
+    if size < n:
+        raise DataError("cluster", None, "pad_nodes", f"{pad_nodes} < {n} nodes")
+    if table.num_gpus.max(initial=0) > max_gpus:
+        raise DataError("cluster", None, "max_gpus", f"a node has more than {max_gpus} GPUs")
+    speed_of = {**DEFAULT_SPEEDS, **(speeds or {})}
+    for name, value in speed_of.items():
+        if not value > 0:
+            raise DataError("speeds", None, name, f"speed must be > 0, got {value}")
+
+    def pad(values, dtype, fill=0):
+        out = np.full(size, fill, dtype)
+        out[:n] = values
+        return out
+
+    num_gpus = pad(table.num_gpus, np.int32)
+    valid = pad(np.ones(n, bool), bool, False)
+    speed = np.asarray([speed_of[MODEL_NAMES[m]] for m in table.model], np.float32)
+    return Cluster(
+        num_gpus=num_gpus,
+        gpu_model=pad(table.model, np.int32, model_id("CPU")),
+        speed=pad(speed, np.float32, 1.0),
+        cpu_milli=pad(table.cpu_milli, np.int32),
+        mem_mib=pad(table.mem_mib, np.int32),
+        valid=valid,
+        gpu_exists=(np.arange(max_gpus)[None, :] < num_gpus[:, None]) & valid[:, None],
+    )

@@ -1,0 +1,229 @@
+"""The data of one episode as fixed-shape arrays: cluster, jobs, state, observation.
+
+Shape letters used throughout the package:
+  N  nodes (padded)          G  GPUs per node (padded, <= 31)
+  J  jobs (padded)           K  observation window (queued jobs shown)
+  Q  queue capacity          R  running-set capacity
+  M  FGD workload classes
+
+Units: time in seconds (float32), GPU in milli-GPU (1000 = one whole GPU, int32),
+CPU in milli-cores (int32), memory in MiB (int32). Every container here is a pytree, so a
+batch of episodes is simply the same container with a leading batch axis (``vmap``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+GPU_MILLI = 1000  # capacity of one GPU in milli-GPU
+ALL_MODELS = -1  # model_mask with every bit set: the job accepts any GPU model
+
+# Job outcomes written into ``SimState.outcome`` by ``step``; the others are derived at the end.
+OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED = 0, 1, 2
+
+
+@struct.dataclass
+class Cluster:
+    """A heterogeneous cluster, padded to N nodes x G GPUs (padding rows have valid=False).
+
+    num_gpus   [N] int32    GPUs on the node (0..G)
+    gpu_model  [N] int32    index into ``cluster.MODEL_NAMES`` (ignored when num_gpus == 0)
+    speed      [N] float32  speed of the node's GPU model (work units per second)
+    cpu_milli  [N] int32    CPU capacity, milli-cores
+    mem_mib    [N] int32    memory capacity, MiB
+    valid      [N] bool     False for padding nodes
+    gpu_exists [N, G] bool  GPU g exists on node n (g < num_gpus[n] and valid[n])
+    """
+
+    num_gpus: jax.Array
+    gpu_model: jax.Array
+    speed: jax.Array
+    cpu_milli: jax.Array
+    mem_mib: jax.Array
+    valid: jax.Array
+    gpu_exists: jax.Array
+
+    @property
+    def num_nodes(self) -> int:
+        return self.num_gpus.shape[-1]
+
+    @property
+    def max_gpus(self) -> int:
+        return self.gpu_exists.shape[-1]
+
+
+@struct.dataclass
+class Jobs:
+    """A workload, sorted by arrival (ties keep input order), padded to J (valid=False).
+
+    arrival_s  [J] float32  submission time (padding: +inf)
+    work_s     [J] float32  run time on a speed-1.0 GPU (CPU-only jobs: run time anywhere)
+    num_gpu    [J] int32    0 = CPU-only; 1 = one GPU (whole or a fraction); k>=2 = k whole GPUs
+    gpu_milli  [J] int32    milli-GPU per GPU (0 for CPU-only, 1000 for k>=2)
+    cpu_milli  [J] int32    CPU request, milli-cores
+    mem_mib    [J] int32    memory request, MiB
+    model_mask [J] int32    bit m set = GPU model m allowed (ALL_MODELS = any)
+    deadline_s [J] float32  deadline for EDF order (+inf when none)
+    valid      [J] bool     False for padding
+    """
+
+    arrival_s: jax.Array
+    work_s: jax.Array
+    num_gpu: jax.Array
+    gpu_milli: jax.Array
+    cpu_milli: jax.Array
+    mem_mib: jax.Array
+    model_mask: jax.Array
+    deadline_s: jax.Array
+    valid: jax.Array
+
+    @property
+    def num_jobs(self) -> int:
+        return self.arrival_s.shape[-1]
+
+
+@struct.dataclass
+class FragClasses:
+    """FGD's target workload: M job classes and their popularity (SPEC.md, fgd).
+
+    cpu_milli, gpu_milli, num_gpu, model_mask  [M] int32
+    prob  [M] float32, sums to 1 over real classes (padding classes have prob 0)
+    """
+
+    cpu_milli: jax.Array
+    gpu_milli: jax.Array
+    num_gpu: jax.Array
+    model_mask: jax.Array
+    prob: jax.Array
+
+
+@struct.dataclass
+class EnvParams:
+    """Per-episode inputs that are data, not shapes: the cluster and FGD's target workload."""
+
+    cluster: Cluster
+    frag_classes: FragClasses
+
+
+@struct.dataclass
+class SimState:
+    """Everything that changes during one episode.
+
+    Small arrays (touched by every event):
+      time_s        []      float32  the clock
+      next_arrival  []      int32    jobs with index < next_arrival have arrived
+      free_milli    [N, G]  int32    free milli-GPU per GPU (0 for missing GPUs)
+      free_cpu      [N]     int32    free CPU milli-cores
+      free_mem      [N]     int32    free memory MiB
+      frag_node     [N]     float32  FGD fragmentation F_n of each node (milli-GPU)
+      queue         [Q]     int32    queued job indices in queue order, -1 after the end
+      queue_key     [Q]     float32  the discipline's sort key of each queued job
+      queue_len     []      int32
+      run_job       [R]     int32    running job indices, -1 = free slot
+      run_end_s     [R]     float32  end time of each running job, +inf = free slot
+      node_rank     [N]     int32    per-episode tie-break rank (lower wins)
+    Per-job records (written once, when a decision is taken about the job):
+      outcome       [J]     int32    OUTCOME_NONE / PLACED / REJECTED
+      node          [J]     int32    node the job ran on (-1 if never placed)
+      gpu_bits      [J]     int32    bit g set = the job holds GPU g of its node
+      start_s       [J]     float32  start time (+inf if never started)
+      end_s         [J]     float32  end time (+inf if never started)
+    Accumulators and flags: see ``sim.metrics.Accumulators``.
+    """
+
+    time_s: jax.Array
+    next_arrival: jax.Array
+    free_milli: jax.Array
+    free_cpu: jax.Array
+    free_mem: jax.Array
+    frag_node: jax.Array
+    queue: jax.Array
+    queue_key: jax.Array
+    queue_len: jax.Array
+    run_job: jax.Array
+    run_end_s: jax.Array
+    node_rank: jax.Array
+    outcome: jax.Array
+    node: jax.Array
+    gpu_bits: jax.Array
+    start_s: jax.Array
+    end_s: jax.Array
+    acc: "object"  # sim.metrics.Accumulators
+    done: jax.Array
+    jobs: Jobs
+    key: jax.Array
+
+
+@struct.dataclass
+class Observation:
+    """What a policy sees at a decision point.
+
+    window_job   [K]     int32    job index in window slot k (-1 = empty slot)
+    job_num_gpu, job_gpu_milli, job_cpu_milli, job_mem_mib, job_model_mask  [K] int32
+    job_work_s   [K]     float32  work of the window jobs (seconds at speed 1.0)
+    job_wait_s   [K]     float32  time each window job has waited so far
+    place_mask   [K, N]  bool     job k fits on node n now
+    action_mask  [K*N + K + 1] bool  legal flat actions (place, reject, wait)
+    free_milli   [N, G]  int32;  free_cpu, free_mem [N] int32;  frag_node [N] float32
+    node_rank    [N]     int32    per-episode tie-break rank
+    cluster      Cluster          static capacities
+    time_s       []      float32;  queue_len [] int32
+    """
+
+    window_job: jax.Array
+    job_num_gpu: jax.Array
+    job_gpu_milli: jax.Array
+    job_cpu_milli: jax.Array
+    job_mem_mib: jax.Array
+    job_model_mask: jax.Array
+    job_work_s: jax.Array
+    job_wait_s: jax.Array
+    place_mask: jax.Array
+    action_mask: jax.Array
+    free_milli: jax.Array
+    free_cpu: jax.Array
+    free_mem: jax.Array
+    frag_node: jax.Array
+    node_rank: jax.Array
+    cluster: Cluster
+    time_s: jax.Array
+    queue_len: jax.Array
+
+
+def jobs_from_numpy(
+    arrival_s, work_s, num_gpu, gpu_milli, cpu_milli, mem_mib,
+    model_mask=None, deadline_s=None, pad_to: int | None = None,
+) -> Jobs:
+    """Build a sorted, padded ``Jobs`` from 1-D host arrays (stable sort by arrival)."""
+    n = len(arrival_s)
+    model_mask = np.full(n, ALL_MODELS, np.int32) if model_mask is None else model_mask
+    deadline_s = np.full(n, np.inf, np.float32) if deadline_s is None else deadline_s
+    order = np.argsort(np.asarray(arrival_s, np.float64), kind="stable")
+    size = n if pad_to is None else pad_to
+    if size < n:
+        raise ValueError(f"pad_to={pad_to} is smaller than the {n} jobs given")
+
+    def pad(values, dtype, fill):
+        out = np.full(size, fill, dtype)
+        out[:n] = np.asarray(values)[order].astype(dtype)
+        return out
+
+    return Jobs(
+        arrival_s=pad(arrival_s, np.float32, np.inf),
+        work_s=pad(work_s, np.float32, 0.0),
+        num_gpu=pad(num_gpu, np.int32, 0),
+        gpu_milli=pad(gpu_milli, np.int32, 0),
+        cpu_milli=pad(cpu_milli, np.int32, 0),
+        mem_mib=pad(mem_mib, np.int32, 0),
+        model_mask=pad(model_mask, np.int32, 0),
+        deadline_s=pad(deadline_s, np.float32, np.inf),
+        valid=pad(np.ones(n, bool), bool, False),
+    )
+
+
+def to_device(tree):
+    """Host (numpy) pytree -> device arrays."""
+    return jax.tree.map(jnp.asarray, tree)
