@@ -109,29 +109,23 @@ class EnvParams:
 
 
 @struct.dataclass
-class SimState:
-    """Everything that changes during one episode.
+class Core:
+    """The part of the state that every event touches (small arrays; the event loop's carry).
 
-    Small arrays (touched by every event):
-      time_s        []      float32  the clock
-      next_arrival  []      int32    jobs with index < next_arrival have arrived
-      free_milli    [N, G]  int32    free milli-GPU per GPU (0 for missing GPUs)
-      free_cpu      [N]     int32    free CPU milli-cores
-      free_mem      [N]     int32    free memory MiB
-      frag_node     [N]     float32  FGD fragmentation F_n of each node (milli-GPU)
-      queue         [Q]     int32    queued job indices in queue order, -1 after the end
-      queue_key     [Q]     float32  the discipline's sort key of each queued job
-      queue_len     []      int32
-      run_job       [R]     int32    running job indices, -1 = free slot
-      run_end_s     [R]     float32  end time of each running job, +inf = free slot
-      node_rank     [N]     int32    per-episode tie-break rank (lower wins)
-    Per-job records (written once, when a decision is taken about the job):
-      outcome       [J]     int32    OUTCOME_NONE / PLACED / REJECTED
-      node          [J]     int32    node the job ran on (-1 if never placed)
-      gpu_bits      [J]     int32    bit g set = the job holds GPU g of its node
-      start_s       [J]     float32  start time (+inf if never started)
-      end_s         [J]     float32  end time (+inf if never started)
-    Accumulators and flags: see ``sim.metrics.Accumulators``.
+    time_s        []      float32  the clock
+    next_arrival  []      int32    jobs with index < next_arrival have arrived
+    free_milli    [N, G]  int32    free milli-GPU per GPU (0 for missing GPUs)
+    free_cpu      [N]     int32    free CPU milli-cores
+    free_mem      [N]     int32    free memory MiB
+    frag_node     [N]     float32  FGD fragmentation F_n of each node (milli-GPU)
+    queue         [Q]     int32    queued job indices in queue order, -1 after the end
+    queue_key     [Q]     float32  the discipline's sort key of each queued job (+inf after the end)
+    queue_len     []      int32
+    run_job       [R]     int32    running job indices, -1 = free slot
+    run_end_s     [R]     float32  end time of each running job, +inf = free slot
+    num_running   []      int32
+    acc           sim.metrics.Accumulators
+    done          []      bool     the episode has ended
     """
 
     time_s: jax.Array
@@ -145,16 +139,36 @@ class SimState:
     queue_len: jax.Array
     run_job: jax.Array
     run_end_s: jax.Array
-    node_rank: jax.Array
+    num_running: jax.Array
+    acc: "object"
+    done: jax.Array
+
+
+@struct.dataclass
+class SimState:
+    """One episode: the small ``core``, per-job records, the workload and episode constants.
+
+    Per-job records are written once, when ``step`` takes a decision about the job, and never
+    inside the event loop (so the loop carries only ``core``):
+      outcome   [J] int32    OUTCOME_NONE / PLACED / REJECTED
+      node      [J] int32    node the job ran on (-1 if never placed)
+      gpu_bits  [J] int32    bit g set = the job holds GPU g of its node
+      start_s   [J] float32  start time (+inf if never started)
+      end_s     [J] float32  end time (+inf if never started, or in static mode)
+    jobs       Jobs          this episode's workload (read-only)
+    unschedulable [J] bool   the job fits no node even of the empty cluster
+    node_rank  [N] int32     per-episode tie-break rank (lower wins)
+    """
+
+    core: Core
     outcome: jax.Array
     node: jax.Array
     gpu_bits: jax.Array
     start_s: jax.Array
     end_s: jax.Array
-    acc: "object"  # sim.metrics.Accumulators
-    done: jax.Array
     jobs: Jobs
-    key: jax.Array
+    unschedulable: jax.Array
+    node_rank: jax.Array
 
 
 @struct.dataclass

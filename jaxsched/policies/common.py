@@ -1,0 +1,40 @@
+"""Pieces every heuristic shares: which window job to take, and tie-broken node choice.
+
+SPEC.md: heuristics take the first job of the window (in queue order) that fits somewhere
+(they backfill within the window) and place it by their node rule; among the top-scoring
+feasible nodes the lowest per-episode rank wins.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxsched.types import Observation
+
+
+def first_fitting_slot(obs: Observation):
+    """Index of the first window slot whose job fits some node (0 if none does)."""
+    return jnp.argmax(obs.place_mask.any(-1))
+
+
+def window_job(obs: Observation, slot):
+    """The request of window slot ``slot`` as a dict of scalars."""
+    return {
+        "num_gpu": obs.job_num_gpu[slot], "gpu_milli": obs.job_gpu_milli[slot],
+        "cpu_milli": obs.job_cpu_milli[slot], "mem_mib": obs.job_mem_mib[slot],
+        "model_mask": obs.job_model_mask[slot], "work_s": obs.job_work_s[slot],
+    }
+
+
+def best_node(scores, feasible, node_rank):
+    """Feasible node with the highest score; ties go to the lowest rank. scores [N] (int or float)."""
+    top = jnp.where(feasible, scores, -jnp.inf).max()
+    tied = feasible & (scores == top)
+    return jnp.argmin(jnp.where(tied, node_rank, jnp.iinfo(jnp.int32).max))
+
+
+def place_or_wait(obs: Observation, slot, node):
+    """Flat action placing ``slot`` on ``node``, or wait when nothing in the window fits."""
+    num_slots, num_nodes = obs.place_mask.shape
+    wait = obs.action_mask.shape[0] - 1
+    return jnp.where(obs.place_mask.any(), slot * num_nodes + node, wait).astype(jnp.int32)

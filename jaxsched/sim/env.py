@@ -1,0 +1,412 @@
+"""The cluster environment: pure, jittable ``reset`` and ``step``, one step = one decision.
+
+Semantics are written down in docs/semantics.md and mirrored by ``jaxsched/reference.py``.
+The API is gymnax-like and functional::
+
+    env = ClusterEnv(EnvConfig())
+    state, obs = env.reset(key, params, jobs)
+    state, obs, reward, done, info = env.step(key, state, action, params)
+
+A batch of episodes is ``jax.vmap`` of the same calls. After every action the env runs its
+event loop (``lax.while_loop``) to the next decision point. The loop carries only the small
+``Core`` (O(N*G + Q + R) numbers); per-job records are written in ``step`` alone, so no event
+costs O(J). Each loop turn handles one event; events at the same instant are all handled
+before a decision is asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxsched.sim import frag, metrics, resources
+from jaxsched.types import (
+    GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
+    Core, EnvParams, Jobs, Observation, SimState,
+)
+
+INF = jnp.float32(jnp.inf)
+MODES = ("dynamic", "static")
+QUEUE_ORDERS = ("fifo", "sjf", "edf")
+GPU_RULES = ("best-fit", "first-fit")
+TIE_BREAKS = ("permutation", "identity")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """Static settings of the env (they fix shapes and code paths, so they are hashable).
+
+    mode: "dynamic" (jobs run and leave; queueing) or "static" (FGD protocol: no departures,
+      jobs arrive one by one, a job that fits nowhere fails).
+    window: K, queued jobs shown to the policy.
+    queue_capacity: Q, queued jobs held; an arrival beyond it is dropped and counted.
+    running_capacity: R, jobs running at once; while full no job can be placed (flagged).
+    queue_order: "fifo" (arrival), "sjf" (least work first) or "edf" (earliest deadline).
+    gpu_rule: which GPUs of the chosen node a fractional job gets ("best-fit", "first-fit").
+    tie_break: "permutation" (a random node rank per episode) or "identity" (rank = index).
+    reward_scale: reward = -(job-seconds spent in the system during the step) * reward_scale,
+      so an episode's return is -(total JCT) * reward_scale. Default: job-hours.
+    """
+
+    mode: str = "dynamic"
+    window: int = 8
+    queue_capacity: int = 256
+    running_capacity: int = 1024
+    queue_order: str = "fifo"
+    gpu_rule: str = "best-fit"
+    tie_break: str = "permutation"
+    reward_scale: float = 1.0 / 3600.0
+
+    def __post_init__(self):
+        def bad(field, why):
+            raise ValueError(f"EnvConfig.{field} = {getattr(self, field)!r}: {why}")
+
+        for field, allowed in (("mode", MODES), ("queue_order", QUEUE_ORDERS),
+                               ("gpu_rule", GPU_RULES), ("tie_break", TIE_BREAKS)):
+            if getattr(self, field) not in allowed:
+                bad(field, f"must be one of {allowed}")
+        for field in ("window", "queue_capacity", "running_capacity"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
+                bad(field, "must be a positive integer")
+        if self.queue_capacity < self.window:
+            bad("queue_capacity", f"must be >= window ({self.window})")
+        if not self.reward_scale >= 0:
+            bad("reward_scale", "must be >= 0")
+
+    @property
+    def static(self) -> bool:
+        return self.mode == "static"
+
+
+class ClusterEnv:
+    """Reset/step of one episode; every method is pure and can be jitted and vmapped."""
+
+    def __init__(self, config: EnvConfig = EnvConfig()):
+        self.config = config
+
+    # ----- sizes ---------------------------------------------------------------------------
+    def num_actions(self, params: EnvParams) -> int:
+        """K*N place actions, K reject actions, one wait."""
+        k, n = self.config.window, params.cluster.num_nodes
+        return k * n + k + 1
+
+    def wait_action(self, params: EnvParams) -> int:
+        return self.num_actions(params) - 1
+
+    # ----- reset ---------------------------------------------------------------------------
+    def reset(self, key, params: EnvParams, jobs: Jobs):
+        """Start an episode on ``jobs`` and run to the first decision point -> (state, obs)."""
+        cfg, cluster = self.config, params.cluster
+        num_jobs, q, r = jobs.num_jobs, cfg.queue_capacity, cfg.running_capacity
+        free_milli = jnp.where(cluster.gpu_exists, GPU_MILLI, 0).astype(jnp.int32)
+        free_cpu = jnp.where(cluster.valid, cluster.cpu_milli, 0)
+        free_mem = jnp.where(cluster.valid, cluster.mem_mib, 0)
+        if cfg.static:
+            unschedulable = jnp.zeros(num_jobs, bool)  # static mode tests fit at each arrival
+        else:
+            max_free, whole_free = resources.node_summary(free_milli)
+            unschedulable = ~resources.fits(
+                cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu, jobs.gpu_milli,
+                jobs.cpu_milli, jobs.mem_mib, jobs.model_mask).any(-1)
+        if cfg.tie_break == "permutation":
+            node_rank = jax.random.permutation(key, cluster.num_nodes).astype(jnp.int32)
+        else:
+            node_rank = jnp.arange(cluster.num_nodes, dtype=jnp.int32)
+        core = Core(
+            time_s=jnp.where(jobs.valid[0], jobs.arrival_s[0], 0.0).astype(jnp.float32),
+            next_arrival=jnp.int32(0),
+            free_milli=free_milli,
+            free_cpu=free_cpu,
+            free_mem=free_mem,
+            frag_node=jnp.where(cluster.valid, frag.node_frag(
+                free_milli, free_cpu, cluster.gpu_model, params.frag_classes), 0.0),
+            queue=jnp.full(q, -1, jnp.int32),
+            queue_key=jnp.full(q, INF),
+            queue_len=jnp.int32(0),
+            run_job=jnp.full(r, -1, jnp.int32),
+            run_end_s=jnp.full(r, INF),
+            num_running=jnp.int32(0),
+            acc=metrics.Accumulators.zeros(),
+            done=jnp.bool_(False),
+        )
+        state = SimState(
+            core=core,
+            outcome=jnp.full(num_jobs, OUTCOME_NONE, jnp.int32),
+            node=jnp.full(num_jobs, -1, jnp.int32),
+            gpu_bits=jnp.zeros(num_jobs, jnp.int32),
+            start_s=jnp.full(num_jobs, INF),
+            end_s=jnp.full(num_jobs, INF),
+            jobs=jobs,
+            unschedulable=unschedulable,
+            node_rank=node_rank,
+        )
+        state = state.replace(core=self._advance(state, params))
+        return state, self.observe(state, params)
+
+    # ----- step ----------------------------------------------------------------------------
+    def step(self, key, state: SimState, action, params: EnvParams):
+        """Apply one action and run to the next decision point.
+
+        Returns (state, obs, reward, done, info); info holds ``legal`` (the action was legal).
+        Once the episode is done, ``step`` changes nothing and counts nothing.
+        """
+        del key  # the GPU rules here are deterministic; kept for the gymnax signature
+        cfg, cluster, jobs, core = self.config, params.cluster, state.jobs, state.core
+        k_max, n_nodes = cfg.window, cluster.num_nodes
+        action = jnp.asarray(action, jnp.int32)
+        live = ~core.done
+
+        # Decode the flat action and test it against the current masks.
+        window = self._window(core)
+        place_mask = self._place_mask(core, jobs, cluster)
+        is_place = action < k_max * n_nodes
+        slot = jnp.where(is_place, action // n_nodes, action - k_max * n_nodes)
+        slot = jnp.clip(slot, 0, k_max - 1)
+        n = jnp.clip(action % n_nodes, 0, n_nodes - 1)
+        is_reject = ~is_place & (action < k_max * n_nodes + k_max)
+        legal_place = is_place & place_mask[slot, n]
+        legal_reject = is_reject & (slot < core.queue_len)
+        future = self._future_event_exists(core, jobs)
+        legal_wait = (action == k_max * n_nodes + k_max) & future
+        legal = legal_place | legal_reject | legal_wait
+        place, reject = live & legal_place, live & legal_reject
+        wait = live & (legal_wait | (~legal & future))
+
+        # Place: GPUs by the rule, resources down, record the job, queue -> running set.
+        j = jnp.maximum(window[slot], 0)
+        free_row = core.free_milli[n]
+        gpus = resources.choose_gpus(free_row, jobs.num_gpu[j], jobs.gpu_milli[j], cfg.gpu_rule)
+        used_row = jnp.where(gpus & place, jobs.gpu_milli[j], 0)
+        new_row = free_row - used_row
+        free_cpu = core.free_cpu.at[n].add(-jnp.where(place, jobs.cpu_milli[j], 0))
+        free_mem = core.free_mem.at[n].add(-jnp.where(place, jobs.mem_mib[j], 0))
+        node_frag = frag.node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params.frag_classes)
+        run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])
+        end = INF if cfg.static else core.time_s + run_s
+        core = core.replace(
+            free_milli=core.free_milli.at[n].set(new_row),
+            free_cpu=free_cpu,
+            free_mem=free_mem,
+            frag_node=core.frag_node.at[n].set(jnp.where(place, node_frag, core.frag_node[n])),
+        )
+        if not cfg.static:
+            free_slot = jnp.argmax(core.run_job < 0)
+            num_running = core.num_running + place
+            core = core.replace(
+                run_job=core.run_job.at[free_slot].set(jnp.where(place, j, core.run_job[free_slot])),
+                run_end_s=core.run_end_s.at[free_slot].set(
+                    jnp.where(place, end, core.run_end_s[free_slot])),
+                num_running=num_running,
+                acc=core.acc.replace(running_full=core.acc.running_full
+                                     | (place & (num_running >= cfg.running_capacity))),
+            )
+        core = self._queue_remove(core, slot, place | reject)
+        state = state.replace(
+            outcome=state.outcome.at[j].set(jnp.where(
+                place, OUTCOME_PLACED, jnp.where(reject, OUTCOME_REJECTED, state.outcome[j]))),
+            node=state.node.at[j].set(jnp.where(place, n, state.node[j])),
+            gpu_bits=state.gpu_bits.at[j].set(
+                jnp.where(place, resources.mask_to_bits(gpus), state.gpu_bits[j])),
+            start_s=state.start_s.at[j].set(jnp.where(place, core.time_s, state.start_s[j])),
+            end_s=state.end_s.at[j].set(jnp.where(place, end, state.end_s[j])),
+        )
+
+        # Wait (or an illegal action while an event is pending): jump to the next event time.
+        acc = core.acc.replace(
+            decisions=core.acc.decisions + live,
+            invalid_actions=core.acc.invalid_actions + (live & ~legal),
+        )
+        core = core.replace(acc=acc)
+        if not cfg.static:
+            t_next = jnp.minimum(core.run_end_s.min(), self._next_arrival_time(core, jobs))
+            core = self._move_clock(core, jnp.where(wait, t_next, core.time_s), params)
+
+        in_system_before = state.core.acc.in_system_integral
+        state = state.replace(core=self._advance(state.replace(core=core), params))
+        reward = -(state.core.acc.in_system_integral - in_system_before) * cfg.reward_scale
+        reward = jnp.where(live, reward, 0.0)
+        return state, self.observe(state, params), reward, state.core.done, {"legal": legal}
+
+    # ----- observation ---------------------------------------------------------------------
+    def observe(self, state: SimState, params: EnvParams) -> Observation:
+        """The policy's view of ``state`` (see ``types.Observation``)."""
+        core, jobs = state.core, state.jobs
+        window = self._window(core)
+        occupied = window >= 0
+        j = jnp.maximum(window, 0)
+        pick = lambda x, fill=0: jnp.where(occupied, x[j], fill)  # noqa: E731
+        place_mask = self._place_mask(core, jobs, params.cluster)
+        wait_ok = jnp.bool_(False) if self.config.static else self._future_event_exists(core, jobs)
+        return Observation(
+            window_job=window,
+            job_num_gpu=pick(jobs.num_gpu),
+            job_gpu_milli=pick(jobs.gpu_milli),
+            job_cpu_milli=pick(jobs.cpu_milli),
+            job_mem_mib=pick(jobs.mem_mib),
+            job_model_mask=pick(jobs.model_mask),
+            job_work_s=pick(jobs.work_s, 0.0),
+            job_wait_s=pick(core.time_s - jobs.arrival_s, 0.0),
+            place_mask=place_mask,
+            action_mask=jnp.concatenate([place_mask.ravel(), occupied, wait_ok[None]]),
+            free_milli=core.free_milli,
+            free_cpu=core.free_cpu,
+            free_mem=core.free_mem,
+            frag_node=core.frag_node,
+            node_rank=state.node_rank,
+            cluster=params.cluster,
+            time_s=core.time_s,
+            queue_len=core.queue_len,
+        )
+
+    def metrics(self, state: SimState, params: EnvParams) -> dict:
+        """Per-episode metrics (``sim.metrics.summarize``)."""
+        return metrics.summarize(state, params, self.config.static)
+
+    # ----- internals -----------------------------------------------------------------------
+    def _window(self, core: Core):
+        """[K] job indices of the first K queued jobs, -1 for empty slots."""
+        k = self.config.window
+        return jnp.where(jnp.arange(k) < core.queue_len, core.queue[:k], -1)
+
+    def _place_mask(self, core: Core, jobs: Jobs, cluster):
+        """[K, N] bool: window job k fits node n now (and the running set has room)."""
+        window = self._window(core)
+        j = jnp.maximum(window, 0)
+        max_free, whole_free = resources.node_summary(core.free_milli)
+        mask = resources.fits(cluster, core.free_cpu, core.free_mem, max_free, whole_free,
+                              jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
+                              jobs.mem_mib[j], jobs.model_mask[j])
+        mask = mask & (window >= 0)[:, None]
+        if not self.config.static:
+            mask = mask & (core.num_running < self.config.running_capacity)
+        return mask
+
+    def _next_arrival_time(self, core: Core, jobs: Jobs):
+        p = core.next_arrival
+        return jnp.where(p < jobs.num_jobs, jobs.arrival_s[jnp.minimum(p, jobs.num_jobs - 1)], INF)
+
+    def _future_event_exists(self, core: Core, jobs: Jobs):
+        if self.config.static:
+            return jnp.bool_(False)
+        return (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
+
+    def _move_clock(self, core: Core, t_new, params: EnvParams):
+        """Advance the clock to ``t_new``, adding [t, t_new) to the time integrals."""
+        idle = core.free_milli.sum()
+        allocated = params.cluster.gpu_exists.sum() * GPU_MILLI - idle
+        acc = metrics.accumulate(core.acc, t_new - core.time_s, allocated,
+                                 core.frag_node.sum(), idle, core.queue_len + core.num_running)
+        return core.replace(time_s=t_new, acc=acc)
+
+    def _queue_remove(self, core: Core, slot, active):
+        """Remove queue position ``slot`` when ``active``; the others keep their order."""
+        i = jnp.arange(core.queue.shape[0])
+        shift = active & (i >= slot)
+        last = i == core.queue.shape[0] - 1
+        queue = jnp.where(shift, jnp.where(last, -1, jnp.roll(core.queue, -1)), core.queue)
+        key = jnp.where(shift, jnp.where(last, INF, jnp.roll(core.queue_key, -1)), core.queue_key)
+        return core.replace(queue=queue, queue_key=key, queue_len=core.queue_len - active)
+
+    def _queue_insert(self, core: Core, j, key, active):
+        """Insert job ``j`` after every queued job with sort key <= ``key`` when ``active``."""
+        i = jnp.arange(core.queue.shape[0])
+        pos = ((i < core.queue_len) & (core.queue_key <= key)).sum()
+        put = lambda arr, x: jnp.where(  # noqa: E731
+            active, jnp.where(i < pos, arr, jnp.where(i == pos, x, jnp.roll(arr, 1))), arr)
+        return core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
+                            queue_len=core.queue_len + active)
+
+    def _queue_key(self, jobs: Jobs, j):
+        order = self.config.queue_order
+        if order == "fifo":
+            return j.astype(jnp.float32)
+        return jobs.work_s[j] if order == "sjf" else jobs.deadline_s[j]
+
+    def _complete(self, state: SimState, core: Core, params: EnvParams, active):
+        """Finish the running job with the earliest end (when ``active``): resources come back."""
+        jobs, cluster = state.jobs, params.cluster
+        slot = jnp.argmin(core.run_end_s)
+        j = jnp.maximum(core.run_job[slot], 0)
+        n = state.node[j]
+        gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
+        back_row = jnp.where(gpus & active, jobs.gpu_milli[j], 0)
+        new_row = core.free_milli[n] + back_row
+        free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
+        node_frag = frag.node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params.frag_classes)
+        return core.replace(
+            free_milli=core.free_milli.at[n].set(new_row),
+            free_cpu=free_cpu,
+            free_mem=core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
+            frag_node=core.frag_node.at[n].set(jnp.where(active, node_frag, core.frag_node[n])),
+            run_job=core.run_job.at[slot].set(jnp.where(active, -1, core.run_job[slot])),
+            run_end_s=core.run_end_s.at[slot].set(jnp.where(active, INF, core.run_end_s[slot])),
+            num_running=core.num_running - active,
+        )
+
+    def _arrive_dynamic(self, state: SimState, core: Core, active):
+        """Job ``next_arrival`` arrives: fail it (unschedulable), queue it, or drop it (full)."""
+        jobs = state.jobs
+        j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
+        unschedulable = state.unschedulable[j]
+        full = core.queue_len >= core.queue.shape[0]
+        core = self._queue_insert(core, j, self._queue_key(jobs, j), active & ~unschedulable & ~full)
+        acc = core.acc.replace(
+            failed=core.acc.failed + (active & unschedulable),
+            dropped_overflow=core.acc.dropped_overflow + (active & ~unschedulable & full),
+        )
+        return core.replace(acc=acc, next_arrival=core.next_arrival + active)
+
+    def _advance(self, state: SimState, params: EnvParams) -> Core:
+        """Event loop: process events until a decision point or the end of the episode."""
+        body = self._static_turn if self.config.static else self._dynamic_turn
+        core, _ = jax.lax.while_loop(
+            lambda carry: ~carry[1],
+            lambda carry: body(state, carry[0], params),
+            (state.core, state.core.done),
+        )
+        return core
+
+    def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams):
+        """One loop turn: stop at a decision point, or (move the clock and) handle one event."""
+        jobs = state.jobs
+        t_done = core.run_end_s.min()
+        t_arrival = self._next_arrival_time(core, jobs)
+        t_next = jnp.minimum(t_done, t_arrival)
+        no_event = t_next == INF
+        boundary = t_next > core.time_s  # every event at the current instant is handled
+        decision = boundary & self._place_mask(core, jobs, params.cluster).any()
+        finished = boundary & no_event & ~decision
+        stop = decision | finished
+        move = boundary & ~stop
+        core = self._move_clock(core, jnp.where(move, t_next, core.time_s), params)
+        completion_first = t_done <= t_arrival
+        core = self._complete(state, core, params, ~stop & completion_first)
+        core = self._arrive_dynamic(state, core, ~stop & ~completion_first)
+        return core.replace(done=core.done | finished), stop
+
+    def _static_turn(self, state: SimState, core: Core, params: EnvParams):
+        """One loop turn in static mode: the next job arrives and is queued or fails."""
+        jobs, cluster = state.jobs, params.cluster
+        p = core.next_arrival
+        j = jnp.minimum(p, jobs.num_jobs - 1)
+        all_arrived = (p >= jobs.num_jobs) | ~jobs.valid[j]
+        waiting = core.queue_len > 0
+        stop = waiting | all_arrived
+        active = ~stop
+        max_free, whole_free = resources.node_summary(core.free_milli)
+        fits_any = resources.fits(cluster, core.free_cpu, core.free_mem, max_free, whole_free,
+                                  jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
+                                  jobs.mem_mib[j], jobs.model_mask[j]).any()
+        enqueue = active & fits_any
+        core = core.replace(
+            time_s=jnp.where(active, jobs.arrival_s[j], core.time_s),
+            next_arrival=p + active,
+            queue=core.queue.at[0].set(jnp.where(enqueue, j, core.queue[0])),
+            queue_key=core.queue_key.at[0].set(jnp.where(enqueue, 0.0, core.queue_key[0])),
+            queue_len=core.queue_len + enqueue,
+            acc=core.acc.replace(failed=core.acc.failed + (active & ~fits_any)),
+            done=core.done | (~waiting & all_arrived),
+        )
+        return core, stop

@@ -1,0 +1,32 @@
+"""FGD fragmentation (Weng et al., ATC '23), shared by the env, its metrics and policies.
+
+For node n with free GPU milli f_g, free CPU c and a job class m of the target workload:
+m fits the node's GPUs iff it needs a GPU, its model is allowed, c >= cpu_m and at least
+num_gpu_m GPUs have f_g >= gpu_milli_m. Then F_n(m) = sum of f_g over GPUs too small for m
+(f_g < gpu_milli_m); otherwise (CPU-only class included) F_n(m) = all idle GPU milli of n.
+F_n = sum_m p_m F_n(m); cluster F = sum_n F_n.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxsched.types import FragClasses
+
+
+def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
+    """F_n for any number of nodes.
+
+    free_milli [..., G] int32 (missing GPUs hold 0), free_cpu [...] int32, gpu_model [...] int32.
+    Returns [...] float32. Cost O(G * M) per node.
+    """
+    f = free_milli[..., None, :]  # [..., 1, G]
+    need = classes.gpu_milli[:, None]  # [M, 1]
+    enough = (f >= need) & (need > 0)  # [..., M, G]
+    model_ok = (classes.model_mask >> gpu_model[..., None]) & 1 == 1  # [..., M]
+    fits = ((classes.num_gpu > 0) & model_ok & (free_cpu[..., None] >= classes.cpu_milli)
+            & (enough.sum(-1) >= classes.num_gpu))
+    too_small = jnp.where(f < need, f, 0).sum(-1)  # [..., M]
+    idle = free_milli.sum(-1)[..., None]  # [..., 1]
+    per_class = jnp.where(fits, too_small, idle).astype(jnp.float32)
+    return (per_class * classes.prob).sum(-1)
