@@ -80,11 +80,15 @@ class EnvConfig:
         return self.mode == "static"
 
 
+@dataclasses.dataclass(frozen=True)
 class ClusterEnv:
-    """Reset/step of one episode; every method is pure and can be jitted and vmapped."""
+    """Reset/step of one episode; every method is pure and can be jitted and vmapped.
 
-    def __init__(self, config: EnvConfig = EnvConfig()):
-        self.config = config
+    Equal configs give equal (and equally hashed) envs, so ``jit`` with the env as a static
+    argument compiles once per config.
+    """
+
+    config: EnvConfig = EnvConfig()
 
     # ----- sizes ---------------------------------------------------------------------------
     def num_actions(self, params: EnvParams) -> int:
@@ -161,11 +165,11 @@ class ClusterEnv:
         # Decode the flat action and test it against the current masks.
         window = self._window(core)
         place_mask = self._place_mask(core, jobs, cluster)
-        is_place = action < k_max * n_nodes
+        is_place = (action >= 0) & (action < k_max * n_nodes)
         slot = jnp.where(is_place, action // n_nodes, action - k_max * n_nodes)
         slot = jnp.clip(slot, 0, k_max - 1)
         n = jnp.clip(action % n_nodes, 0, n_nodes - 1)
-        is_reject = ~is_place & (action < k_max * n_nodes + k_max)
+        is_reject = (action >= k_max * n_nodes) & (action < k_max * n_nodes + k_max)
         legal_place = is_place & place_mask[slot, n]
         legal_reject = is_reject & (slot < core.queue_len)
         future = self._future_event_exists(core, jobs)

@@ -1,0 +1,629 @@
+"""A plain-Python event simulator: the oracle the JAX simulator is tested against.
+
+It implements ``docs/semantics.md`` directly, one event and one job at a time, with
+ordinary lists and a heap. It shares no code with ``jaxsched/sim`` or
+``jaxsched/policies`` on purpose: a bug copied into both would make the differential tests
+pass. Speed does not matter here; being obviously right does.
+
+Times are float32 exactly as the contract says (``float32(t) + float32(work) /
+float32(speed)``), so per-job node, GPUs, start and end match the JAX side bit for bit.
+Time-weighted integrals are accumulated in float64; the JAX side uses float32, so those
+metrics are compared with a relative tolerance.
+
+Typical use::
+
+    sim = ReferenceSim(cluster, jobs, frag_classes, RefConfig(window=4))
+    while not sim.done:
+        sim.step(heuristic_action(sim, "best-fit"))
+    out = sim.results()
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import heapq
+from fractions import Fraction
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED
+
+# Fixed maxima of the published BestFit score (SPEC.md, best-fit).
+BEST_FIT_CPU_MAX_MILLI = 128000
+BEST_FIT_GPU_MAX_MILLI = 8000
+
+
+@dataclasses.dataclass(frozen=True)
+class RefConfig:
+    """Environment settings (semantics.md, Inputs). Tie-break ranks are passed separately."""
+
+    mode: str = "dynamic"  # "dynamic" | "static"
+    window: int = 8  # K: queued jobs shown to the policy
+    queue_capacity: int = 256  # Q
+    running_capacity: int = 1024  # R (dynamic mode only, see ReferenceSim)
+    queue_order: str = "fifo"  # "fifo" | "sjf" | "edf"
+    gpu_rule: str = "best-fit"  # "best-fit" | "first-fit" (fractional jobs only)
+
+    def __post_init__(self):
+        checks = (
+            (self.mode in ("dynamic", "static"), f"mode {self.mode!r}"),
+            (self.queue_order in ("fifo", "sjf", "edf"), f"queue_order {self.queue_order!r}"),
+            (self.gpu_rule in ("best-fit", "first-fit"), f"gpu_rule {self.gpu_rule!r}"),
+            (self.window >= 1, f"window {self.window}"),
+            (self.queue_capacity >= 1, f"queue_capacity {self.queue_capacity}"),
+            (self.running_capacity >= 1, f"running_capacity {self.running_capacity}"),
+        )
+        for ok, what in checks:
+            if not ok:
+                raise ValueError(f"RefConfig: bad {what}")
+
+
+class _Job(NamedTuple):
+    """One job's request, as Python scalars (times already float32)."""
+
+    arrival_s: np.float32
+    work_s: np.float32
+    num_gpu: int
+    gpu_milli: int
+    cpu_milli: int
+    mem_mib: int
+    model_mask: int
+    deadline_s: np.float32
+
+
+def _model_allowed(model_mask: int, gpu_model: int) -> bool:
+    # Python ints shift arithmetically, so ALL_MODELS (-1) allows every model.
+    return (model_mask >> gpu_model) & 1 == 1
+
+
+def _is_fractional(num_gpu: int, gpu_milli: int) -> bool:
+    return num_gpu == 1 and gpu_milli < GPU_MILLI
+
+
+def _job_fits(job: _Job, gpu_model: int, free_cpu: int, free_mem: int, free_gpus: list[int]) -> bool:
+    """Resource fit of ``job`` on one valid node with the given free resources.
+
+    ``free_gpus`` holds the free milli of the node's existing GPUs only.
+    """
+    if free_cpu < job.cpu_milli or free_mem < job.mem_mib:
+        return False
+    if job.num_gpu == 0:
+        return True
+    if not _model_allowed(job.model_mask, gpu_model):
+        return False
+    if _is_fractional(job.num_gpu, job.gpu_milli):
+        return any(free >= job.gpu_milli for free in free_gpus)
+    return sum(free == GPU_MILLI for free in free_gpus) >= job.num_gpu
+
+
+def node_fragmentation(free_gpus: list[int], free_cpu: int, gpu_model: int, classes: list[tuple]) -> float:
+    """FGD fragmentation F_n of one node, in milli-GPU (semantics.md, last section).
+
+    ``classes`` holds ``(cpu_milli, gpu_milli, num_gpu, model_mask, prob)`` tuples.
+    A class that cannot use the node's GPUs at all (CPU-only, wrong model, too little CPU
+    or too few GPUs with room) sees every idle milli as fragmented.
+    """
+    idle_milli = sum(free_gpus)
+    frag = 0.0
+    for cpu_m, gpu_milli_m, num_gpu_m, mask_m, prob_m in classes:
+        usable = (
+            num_gpu_m > 0
+            and _model_allowed(mask_m, gpu_model)
+            and free_cpu >= cpu_m
+            and sum(free >= gpu_milli_m for free in free_gpus) >= num_gpu_m
+        )
+        if usable:
+            frag_m = sum(free for free in free_gpus if free < gpu_milli_m)
+        else:
+            frag_m = idle_milli
+        frag += prob_m * frag_m
+    return frag
+
+
+class ReferenceSim:
+    """One episode of the scheduling simulator, stepped by flat actions.
+
+    Public state (read it, don't write it): ``time_s`` (float32 clock), ``queue`` (job
+    indices in queue order), ``free_milli`` ([N][G] ints, 0 for missing GPUs),
+    ``free_cpu``, ``free_mem``, ``frag_node`` ([N] floats), ``done``.
+
+    In static mode the running-set capacity R does not apply: placed jobs never leave,
+    so there is no set to bound (``running_full`` stays 0).
+    """
+
+    def __init__(self, cluster, jobs, frag_classes, config: RefConfig, node_rank=None):
+        """Build the episode and ``advance`` to its first decision point (or to done)."""
+        self.config = config
+        self.K = config.window
+
+        # --- cluster (host copies; padding nodes are kept so indices match) ---
+        self.node_valid = [bool(v) for v in np.asarray(cluster.valid)]
+        self.N = len(self.node_valid)
+        gpu_exists = np.asarray(cluster.gpu_exists, bool).reshape(self.N, -1)
+        self.G = gpu_exists.shape[1]
+        self.gpu_model = [int(m) for m in np.asarray(cluster.gpu_model)]
+        self.speed = [np.float32(s) for s in np.asarray(cluster.speed, np.float32)]
+        self.cpu_cap = [int(c) for c in np.asarray(cluster.cpu_milli)]
+        self.mem_cap = [int(m) for m in np.asarray(cluster.mem_mib)]
+        # Existing GPU indices per node; padding nodes hold nothing.
+        self.gpus_of = [
+            [g for g in range(self.G) if gpu_exists[n, g]] if self.node_valid[n] else []
+            for n in range(self.N)
+        ]
+        self.cluster_milli = GPU_MILLI * sum(len(gs) for gs in self.gpus_of)
+        self.node_rank = list(range(self.N)) if node_rank is None else [int(r) for r in np.asarray(node_rank)]
+        if len(self.node_rank) != self.N:
+            raise ValueError(f"node_rank has {len(self.node_rank)} entries, cluster has {self.N} nodes")
+
+        # --- jobs ---
+        valid = np.asarray(jobs.valid, bool)
+        self.J = len(valid)
+        self.J_valid = int(valid.sum())
+        if not valid[: self.J_valid].all():
+            raise ValueError("valid jobs must come first (padding at the end)")
+        cols = {
+            name: np.asarray(getattr(jobs, name))
+            for name in ("arrival_s", "work_s", "num_gpu", "gpu_milli", "cpu_milli", "mem_mib",
+                         "model_mask", "deadline_s")
+        }
+        self.jobs = [
+            _Job(
+                arrival_s=np.float32(cols["arrival_s"][j]),
+                work_s=np.float32(cols["work_s"][j]),
+                num_gpu=int(cols["num_gpu"][j]),
+                gpu_milli=int(cols["gpu_milli"][j]),
+                cpu_milli=int(cols["cpu_milli"][j]),
+                mem_mib=int(cols["mem_mib"][j]),
+                model_mask=int(cols["model_mask"][j]),
+                deadline_s=np.float32(cols["deadline_s"][j]),
+            )
+            for j in range(self.J)
+        ]
+        for j in range(self.J_valid):
+            job = self.jobs[j]
+            if job.num_gpu >= 2 and job.gpu_milli != GPU_MILLI:
+                raise ValueError(f"job {j}: num_gpu={job.num_gpu} needs gpu_milli=1000, got {job.gpu_milli}")
+            if j > 0 and job.arrival_s < self.jobs[j - 1].arrival_s:
+                raise ValueError(f"job {j}: jobs must be sorted by arrival_s")
+
+        # --- FGD classes (prob read as float32, then used in float64 sums) ---
+        self.classes = [
+            (int(c), int(gm), int(ng), int(mm), float(np.float32(p)))
+            for c, gm, ng, mm, p in zip(
+                np.asarray(frag_classes.cpu_milli), np.asarray(frag_classes.gpu_milli),
+                np.asarray(frag_classes.num_gpu), np.asarray(frag_classes.model_mask),
+                np.asarray(frag_classes.prob, np.float32),
+            )
+        ]
+
+        # --- mutable state ---
+        self.free_milli = [[GPU_MILLI if g in self.gpus_of[n] else 0 for g in range(self.G)]
+                           for n in range(self.N)]
+        self.free_cpu = [self.cpu_cap[n] if self.node_valid[n] else 0 for n in range(self.N)]
+        self.free_mem = [self.mem_cap[n] if self.node_valid[n] else 0 for n in range(self.N)]
+        # A job is unschedulable iff it fits no node of the empty cluster (decided once).
+        self.unschedulable = [
+            not any(self._fits(j, n) for n in range(self.N)) for j in range(self.J_valid)
+        ]
+        self.frag_node = [self._node_frag(n) for n in range(self.N)]
+
+        self.t0_s = self.jobs[0].arrival_s if self.J_valid > 0 else np.float32(0.0)
+        self.time_s = np.float32(self.t0_s)
+        self.next_arrival = 0  # p: jobs < p have arrived
+        self.queue: list[int] = []  # job indices, sorted by (key, index)
+        self.queue_keys: list = []  # the discipline's key of each queued job, same order
+        self.running: list[tuple] = []  # heap of (end_s, job): smallest end, then index
+        self.done = False
+
+        self.outcome = [OUTCOME_NONE] * self.J
+        self.node = [-1] * self.J
+        self.gpu_bits = [0] * self.J
+        self.start_s = [np.float32(np.inf)] * self.J
+        self.end_s = [np.float32(np.inf)] * self.J
+
+        self.decisions = 0
+        self.invalid_actions = 0
+        self.placed = 0
+        self.rejected = 0
+        self.failed = 0
+        self.dropped_overflow = 0
+        self.running_full = False
+        # Time integrals over [t0, t) in float64: allocated milli * s, F * s, idle milli * s.
+        self.alloc_milli_s = 0.0
+        self.frag_milli_s = 0.0
+        self.idle_milli_s = 0.0
+
+        self._advance()
+
+    # ------------------------------------------------------------------ resources
+
+    def _free_gpus(self, n: int) -> list[int]:
+        return [self.free_milli[n][g] for g in self.gpus_of[n]]
+
+    def _fits(self, j: int, n: int) -> bool:
+        """Job j fits node n with the node's current free resources."""
+        if not self.node_valid[n]:
+            return False
+        return _job_fits(self.jobs[j], self.gpu_model[n], self.free_cpu[n], self.free_mem[n],
+                         self._free_gpus(n))
+
+    def _node_frag(self, n: int) -> float:
+        if not self.node_valid[n]:
+            return 0.0
+        return node_fragmentation(self._free_gpus(n), self.free_cpu[n], self.gpu_model[n], self.classes)
+
+    def _choose_gpus(self, j: int, n: int) -> list[int]:
+        """GPUs of node n that job j gets under the GPU rule (assumes it fits)."""
+        job = self.jobs[j]
+        if job.num_gpu == 0:
+            return []
+        if _is_fractional(job.num_gpu, job.gpu_milli):
+            room = [g for g in self.gpus_of[n] if self.free_milli[n][g] >= job.gpu_milli]
+            if self.config.gpu_rule == "first-fit":
+                return [room[0]]
+            # best-fit: least free milli; min() keeps the first (lowest index) on ties.
+            return [min(room, key=lambda g: self.free_milli[n][g])]
+        whole = [g for g in self.gpus_of[n] if self.free_milli[n][g] == GPU_MILLI]
+        return whole[: job.num_gpu]
+
+    def _take(self, j: int, n: int, gpus: list[int]) -> None:
+        job = self.jobs[j]
+        for g in gpus:
+            self.free_milli[n][g] -= job.gpu_milli
+        self.free_cpu[n] -= job.cpu_milli
+        self.free_mem[n] -= job.mem_mib
+        self.frag_node[n] = self._node_frag(n)
+
+    def _release(self, j: int) -> None:
+        # Completion gives back exactly what placement took.
+        job, n = self.jobs[j], self.node[j]
+        for g in range(self.G):
+            if self.gpu_bits[j] >> g & 1:
+                self.free_milli[n][g] += job.gpu_milli
+        self.free_cpu[n] += job.cpu_milli
+        self.free_mem[n] += job.mem_mib
+        self.frag_node[n] = self._node_frag(n)
+
+    def allocated_milli(self) -> int:
+        """GPU milli held by jobs right now, over the whole cluster."""
+        return self.cluster_milli - self.idle_milli()
+
+    def idle_milli(self) -> int:
+        """Free GPU milli over the existing GPUs of valid nodes."""
+        return sum(sum(self._free_gpus(n)) for n in range(self.N))
+
+    def cluster_frag(self) -> float:
+        """Cluster fragmentation F = sum of F_n over valid nodes (milli-GPU)."""
+        return sum(self.frag_node[n] for n in range(self.N) if self.node_valid[n])
+
+    # ------------------------------------------------------------------ observation
+
+    def window(self) -> list[int]:
+        """Job indices in the window slots (the first min(K, len(queue)) queued jobs)."""
+        return self.queue[: self.K]
+
+    def _running_has_room(self) -> bool:
+        # Static mode has no running-set bound (see the class docstring).
+        return self.config.mode == "static" or len(self.running) < self.config.running_capacity
+
+    def place_mask(self) -> np.ndarray:
+        """[K, N] bool: slot k holds a job that fits node n, and the running set has room."""
+        mask = np.zeros((self.K, self.N), bool)
+        if self.done or not self._running_has_room():
+            return mask
+        for k, j in enumerate(self.window()):
+            for n in range(self.N):
+                mask[k, n] = self._fits(j, n)
+        return mask
+
+    def _is_decision_point(self) -> bool:
+        return bool(self.place_mask().any())
+
+    def wait_action(self) -> int:
+        """The flat index of the wait action, K*N + K."""
+        return self.K * self.N + self.K
+
+    def _wait_legal(self) -> bool:
+        if self.config.mode == "static":
+            return False
+        return bool(self.running) or self.next_arrival < self.J_valid
+
+    def action_legal(self, action: int) -> bool:
+        """Whether the flat ``action`` is legal now (semantics.md, Actions)."""
+        action = int(action)
+        K, N = self.K, self.N
+        if self.done or action < 0 or action > K * N + K:
+            return False
+        if action < K * N:
+            return bool(self.place_mask()[action // N, action % N])
+        if action < K * N + K:
+            return action - K * N < len(self.window())
+        return self._wait_legal()
+
+    def action_mask(self) -> np.ndarray:
+        """[K*N + K + 1] bool: ``action_legal`` for every flat action."""
+        return np.array([self.action_legal(a) for a in range(self.wait_action() + 1)], bool)
+
+    # ------------------------------------------------------------------ dynamics
+
+    def step(self, action: int) -> None:
+        """Apply one flat action (place / reject / wait); no-op once the episode is done."""
+        if self.done:
+            return
+        action = int(action)
+        self.decisions += 1
+        if not self.action_legal(action):
+            self.invalid_actions += 1
+            if self._wait_legal():
+                self._wait()
+            return  # an illegal action with no legal wait changes nothing
+        K, N = self.K, self.N
+        if action < K * N:
+            self._place(self.queue[action // N], action % N)
+        elif action < K * N + K:
+            self._reject(self.queue[action - K * N])
+        else:
+            self._wait()
+            return
+        self._advance()
+
+    def _place(self, j: int, n: int) -> None:
+        gpus = self._choose_gpus(j, n)
+        self._take(j, n, gpus)
+        job = self.jobs[j]
+        self.outcome[j] = OUTCOME_PLACED
+        self.node[j] = n
+        self.gpu_bits[j] = sum(1 << g for g in gpus)
+        self.start_s[j] = self.time_s
+        if self.config.mode == "static":
+            self.end_s[j] = np.float32(np.inf)  # no departures: held forever
+        elif job.num_gpu > 0:
+            self.end_s[j] = np.float32(self.time_s + job.work_s / self.speed[n])
+        else:
+            self.end_s[j] = np.float32(self.time_s + job.work_s)
+        self._remove_from_queue(j)
+        self.placed += 1
+        if self.config.mode == "dynamic":
+            heapq.heappush(self.running, (self.end_s[j], j))
+            if len(self.running) == self.config.running_capacity:
+                self.running_full = True
+
+    def _reject(self, j: int) -> None:
+        self._remove_from_queue(j)
+        self.outcome[j] = OUTCOME_REJECTED
+        self.rejected += 1
+
+    def _remove_from_queue(self, j: int) -> None:
+        i = self.queue.index(j)
+        del self.queue[i]
+        del self.queue_keys[i]
+
+    def _queue_key(self, j: int):
+        order = self.config.queue_order
+        if order == "fifo":
+            return j
+        if order == "sjf":
+            return self.jobs[j].work_s
+        return self.jobs[j].deadline_s
+
+    def _next_event_s(self) -> np.float32:
+        """Time of the next event (completion or arrival), +inf when none is left."""
+        t_next = np.float32(np.inf)
+        if self.running:
+            t_next = min(t_next, self.running[0][0])
+        if self.next_arrival < self.J_valid:
+            t_next = min(t_next, self.jobs[self.next_arrival].arrival_s)
+        return np.float32(t_next)
+
+    def _move_clock(self, t_next: np.float32) -> None:
+        """Accumulate the time integrals over [t, t_next) and set t = t_next."""
+        dt_s = float(t_next) - float(self.time_s)
+        idle = self.idle_milli()
+        self.alloc_milli_s += (self.cluster_milli - idle) * dt_s
+        self.idle_milli_s += idle * dt_s
+        self.frag_milli_s += self.cluster_frag() * dt_s
+        self.time_s = np.float32(t_next)
+
+    def _wait(self) -> None:
+        self._move_clock(self._next_event_s())
+        self._advance()
+
+    def _advance(self) -> None:
+        if self.config.mode == "static":
+            self._advance_static()
+        else:
+            self._advance_dynamic()
+
+    def _advance_dynamic(self) -> None:
+        """Process events until a decision point or the end (semantics.md, Clock and events)."""
+        while True:
+            t_next = self._next_event_s()
+            no_event_left = not self.running and self.next_arrival >= self.J_valid
+            if t_next > self.time_s or no_event_left:
+                # Every event at the current instant has been processed.
+                if self._is_decision_point():
+                    return
+                if no_event_left:
+                    self.done = True
+                    return
+                self._move_clock(t_next)
+            # Process exactly one event at time t: completions before arrivals.
+            if self.running and self.running[0][0] <= self.time_s:
+                _, j = heapq.heappop(self.running)
+                self._release(j)
+            else:
+                self._arrive_dynamic()
+
+    def _arrive_dynamic(self) -> None:
+        j = self.next_arrival
+        self.next_arrival += 1
+        if self.unschedulable[j]:
+            self.failed += 1
+            return
+        if len(self.queue) >= self.config.queue_capacity:
+            self.dropped_overflow += 1
+            return
+        key = self._queue_key(j)
+        # After every queued job with key <= its key: the queue stays sorted by (key, index).
+        i = bisect.bisect_right(self.queue_keys, key)
+        self.queue.insert(i, j)
+        self.queue_keys.insert(i, key)
+
+    def _advance_static(self) -> None:
+        """The FGD paper's protocol: one job at a time, in index order, no departures."""
+        while True:
+            if self.queue:
+                return
+            if self.next_arrival >= self.J_valid:
+                self.done = True
+                return
+            j = self.next_arrival
+            self.time_s = self.jobs[j].arrival_s
+            self.next_arrival += 1
+            if any(self._fits(j, n) for n in range(self.N)):
+                self.queue.append(j)
+                self.queue_keys.append(self._queue_key(j))
+            else:
+                self.failed += 1
+
+    # ------------------------------------------------------------------ results
+
+    def results(self) -> dict:
+        """Per-job records and the episode metrics (semantics.md, Metrics), as of now."""
+        static = self.config.mode == "static"
+        t_end = self.time_s
+        start_s = np.array(self.start_s, np.float32)
+        end_s = np.array(self.end_s, np.float32)
+        arrival_s = np.array([job.arrival_s for job in self.jobs], np.float32)
+        placed = np.array(self.outcome) == OUTCOME_PLACED
+        if static:
+            finished_mask = placed  # placed jobs count as finished; they never end
+        else:
+            finished_mask = placed & (end_s <= t_end)
+        finished = int(finished_mask.sum())
+
+        metrics = {
+            "decisions": self.decisions,
+            "invalid_actions": self.invalid_actions,
+            "jobs_total": self.J_valid,
+            "placed": self.placed,
+            "finished": finished,
+            "rejected": self.rejected,
+            "failed": self.failed,
+            "dropped_overflow": self.dropped_overflow,
+            "unfinished": self.J_valid - finished - self.rejected - self.failed - self.dropped_overflow,
+            "running_full": int(self.running_full),
+            "done": int(self.done),
+        }
+        metrics.update(self._job_metrics(arrival_s, start_s, end_s, finished_mask, static))
+        metrics.update(self._resource_metrics(t_end, static))
+        return {
+            "outcome": np.array(self.outcome, np.int32),
+            "node": np.array(self.node, np.int32),
+            "gpu_bits": np.array(self.gpu_bits, np.int32),
+            "start_s": start_s,
+            "end_s": end_s,
+            "metrics": metrics,
+        }
+
+    def _job_metrics(self, arrival_s, start_s, end_s, finished_mask, static: bool) -> dict:
+        names = ("jct_mean", "jct_p50", "jct_p95", "jct_p99", "queue_delay_mean",
+                 "queue_delay_p95", "slowdown_mean", "makespan_s", "throughput_per_h")
+        if static or not finished_mask.any():
+            return dict.fromkeys(names, 0.0)
+        # Differences in float32 like the per-job arrays; statistics in float64.
+        jct_s = (end_s[finished_mask] - arrival_s[finished_mask]).astype(np.float64)
+        delay_s = (start_s[finished_mask] - arrival_s[finished_mask]).astype(np.float64)
+        run_s = (end_s[finished_mask] - start_s[finished_mask]).astype(np.float64)
+        slowdown = np.maximum(jct_s / np.maximum(run_s, 10.0), 1.0)
+        makespan_s = float(np.float32(end_s[finished_mask].max() - self.t0_s))
+        return {
+            "jct_mean": float(jct_s.mean()),
+            "jct_p50": float(np.percentile(jct_s, 50)),
+            "jct_p95": float(np.percentile(jct_s, 95)),
+            "jct_p99": float(np.percentile(jct_s, 99)),
+            "queue_delay_mean": float(delay_s.mean()),
+            "queue_delay_p95": float(np.percentile(delay_s, 95)),
+            "slowdown_mean": float(slowdown.mean()),
+            "makespan_s": makespan_s,
+            "throughput_per_h": float(finished_mask.sum() / (makespan_s / 3600.0)) if makespan_s > 0 else 0.0,
+        }
+
+    def _resource_metrics(self, t_end, static: bool) -> dict:
+        def ratio(num, den):
+            return float(num / den) if den > 0 else 0.0
+
+        if static:
+            # Snapshot at the end: the FGD paper's protocol has no time axis.
+            frag = self.cluster_frag()
+            return {
+                "gpu_alloc": ratio(self.allocated_milli(), self.cluster_milli),
+                "frag_amount": ratio(frag, self.cluster_milli),
+                "frag_rate": ratio(frag, self.idle_milli()),
+            }
+        span_s = float(t_end) - float(self.t0_s)
+        milli_s = self.cluster_milli * span_s
+        return {
+            "gpu_alloc": ratio(self.alloc_milli_s, milli_s),
+            "frag_amount": ratio(self.frag_milli_s, milli_s),
+            "frag_rate": ratio(self.frag_milli_s, self.idle_milli_s),
+        }
+
+
+# ---------------------------------------------------------------------- heuristics
+
+def _best_fit_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """The FGD paper's BestFit node score (SPEC.md), truncated toward zero.
+
+    Exact rational arithmetic: in floating point a score that is exactly an integer can
+    come out a hair below it and truncate to the integer beneath.
+    """
+    job = sim.jobs[j]
+    cpu_left = int(sim.free_cpu[n]) - job.cpu_milli
+    gpu_left = int(sum(sim._free_gpus(n))) - job.num_gpu * job.gpu_milli
+    half = Fraction(1, 2)
+    return int(100 * (1 - (half * Fraction(cpu_left, BEST_FIT_CPU_MAX_MILLI)
+                           + half * Fraction(gpu_left, BEST_FIT_GPU_MAX_MILLI))))
+
+
+def heuristic_action(sim: ReferenceSim, policy: str) -> int:
+    """Flat action of a heuristic scheduler: "first-fit" or "best-fit" (SPEC.md).
+
+    Both take the first window slot (queue order) whose job fits some node. first-fit puts
+    it on the lowest-index feasible node; best-fit on the highest-scoring one, ties to the
+    lowest ``node_rank``. Returns the wait action when no job fits anywhere.
+    """
+    mask = sim.place_mask()
+    slots = [k for k in range(sim.K) if mask[k].any()]
+    if not slots:
+        return sim.wait_action()
+    k = slots[0]
+    feasible = [n for n in range(sim.N) if mask[k, n]]
+    j = sim.window()[k]
+    if policy == "first-fit":
+        n = feasible[0]
+    elif policy == "best-fit":
+        # The published min-max rescaling to 0-100 across feasible nodes is monotone, so it
+        # cannot change which node scores highest; it is skipped.
+        n = max(feasible, key=lambda n: (_best_fit_score(sim, j, n), -sim.node_rank[n]))
+    else:
+        raise ValueError(f"unknown policy {policy!r} (expected 'first-fit' or 'best-fit')")
+    return k * sim.N + n
+
+
+def run(cluster, jobs, frag_classes, config: RefConfig,
+        policy: str | Callable[[ReferenceSim], int] = "first-fit",
+        max_steps: int = 100_000, node_rank=None) -> dict:
+    """Run one episode to done (or ``max_steps`` decisions) and return ``results()``.
+
+    ``policy`` is a heuristic name (see ``heuristic_action``) or a callable sim -> action.
+    """
+    sim = ReferenceSim(cluster, jobs, frag_classes, config, node_rank=node_rank)
+    choose = policy if callable(policy) else (lambda s: heuristic_action(s, policy))
+    for _ in range(max_steps):
+        if sim.done:
+            break
+        sim.step(choose(sim))
+    return sim.results()

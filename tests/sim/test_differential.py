@@ -1,0 +1,128 @@
+"""The JAX env against ``jaxsched.reference`` (the oracle) on random clusters and workloads.
+
+For each scheduler, mode and queue discipline: same node, GPUs, start and end for every
+job, and the same metrics. A second test drives both with the same random actions (legal,
+illegal, reject, wait) and compares the whole visible state after every step.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from jaxsched import reference
+from jaxsched.policies import get
+from jaxsched.rollout import rollout
+from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched.types import EnvParams, to_device
+from tests.strategies import FRAG_CLASSES, clusters, workloads
+
+from tests.settings import EXAMPLES
+
+WINDOW, QUEUE, RUNNING = 3, 8, 10
+
+CASES = [  # (mode, queue order, policy, gpu rule, tie break)
+    ("dynamic", "fifo", "best-fit", "best-fit", "permutation"),
+    ("dynamic", "fifo", "first-fit", "first-fit", "identity"),
+    ("dynamic", "sjf", "best-fit", "best-fit", "identity"),
+    ("dynamic", "edf", "first-fit", "best-fit", "permutation"),
+    ("static", "fifo", "best-fit", "best-fit", "permutation"),
+    ("static", "fifo", "first-fit", "first-fit", "identity"),
+]
+EXACT_METRICS = ("decisions", "invalid_actions", "jobs_total", "placed", "finished", "rejected",
+                 "failed", "dropped_overflow", "unfinished", "running_full", "done")
+
+
+def make_env(mode, order, gpu_rule, tie_break):
+    return ClusterEnv(EnvConfig(mode=mode, window=WINDOW, queue_capacity=QUEUE,
+                                running_capacity=RUNNING, queue_order=order, gpu_rule=gpu_rule,
+                                tie_break=tie_break))
+
+
+def ref_config(env: ClusterEnv) -> reference.RefConfig:
+    c = env.config
+    return reference.RefConfig(mode=c.mode, window=c.window, queue_capacity=c.queue_capacity,
+                               running_capacity=c.running_capacity, queue_order=c.queue_order,
+                               gpu_rule=c.gpu_rule)
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_rollout(env, policy_name, max_steps):
+    policy = get(policy_name).policy
+    return jax.jit(lambda params, jobs, keys: rollout(env, policy, None, params, jobs, keys, max_steps))
+
+
+def assert_same_schedule(state, ref_out):
+    for field in ("outcome", "node", "gpu_bits", "start_s", "end_s"):
+        np.testing.assert_array_equal(np.asarray(getattr(state, field))[0], ref_out[field],
+                                      err_msg=field)
+
+
+def assert_same_metrics(jax_metrics, ref_metrics):
+    for name, ref_value in ref_metrics.items():
+        got = float(np.asarray(jax_metrics[name])[0])
+        if name in EXACT_METRICS:
+            assert got == ref_value, name
+        else:
+            np.testing.assert_allclose(got, ref_value, rtol=2e-4, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("mode,order,policy,gpu_rule,tie_break", CASES)
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
+def test_heuristic_episode_matches_reference(mode, order, policy, gpu_rule, tie_break, cluster, jobs, seed):
+    env = make_env(mode, order, gpu_rule, tie_break)
+    params = to_device(EnvParams(cluster, FRAG_CLASSES))
+    batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
+    state, got = jitted_rollout(env, policy, 200)(params, batch, jax.random.key(seed)[None])
+    ref_out = reference.run(cluster, jobs, FRAG_CLASSES, ref_config(env), policy=policy,
+                            max_steps=200, node_rank=np.asarray(state.node_rank)[0])
+    assert_same_schedule(state, ref_out)
+    assert_same_metrics(got, ref_out["metrics"])
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_env_fns(env):
+    return jax.jit(env.reset), jax.jit(env.step)
+
+
+@pytest.mark.parametrize("mode,order", [("dynamic", "fifo"), ("dynamic", "sjf"), ("static", "fifo")])
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
+def test_random_actions_keep_both_simulators_in_lockstep(mode, order, cluster, jobs, seed):
+    env = make_env(mode, order, "best-fit", "identity")
+    reset, step = jitted_env_fns(env)
+    params = to_device(EnvParams(cluster, FRAG_CLASSES))
+    key = jax.random.key(seed)
+    state, obs = reset(key, params, to_device(jobs))
+    sim = reference.ReferenceSim(cluster, jobs, FRAG_CLASSES, ref_config(env))
+    rng = np.random.default_rng(seed)
+    num_actions = env.num_actions(params)
+    for _ in range(120):
+        np.testing.assert_array_equal(np.asarray(obs.action_mask), sim.action_mask())
+        assert float(obs.time_s) == sim.time_s
+        np.testing.assert_array_equal(np.asarray(state.core.free_milli), np.array(sim.free_milli))
+        np.testing.assert_array_equal(np.asarray(state.core.free_cpu), sim.free_cpu)
+        np.testing.assert_array_equal(np.asarray(state.core.free_mem), sim.free_mem)
+        np.testing.assert_allclose(np.asarray(state.core.frag_node), sim.frag_node, rtol=1e-5)
+        assert bool(state.core.done) == sim.done
+        if sim.done:
+            break
+        legal = np.flatnonzero(sim.action_mask())
+        if rng.random() < 0.7 and legal.size:
+            action = int(rng.choice(legal))
+        else:
+            action = int(rng.integers(-2, num_actions + 2))
+        state, obs, _, _, info = step(key, state, action, params)
+        assert bool(info["legal"]) == sim.action_legal(action)
+        sim.step(action)
+    ref_out = sim.results()
+    for field in ("outcome", "node", "gpu_bits", "start_s", "end_s"):
+        np.testing.assert_array_equal(np.asarray(getattr(state, field)), ref_out[field], err_msg=field)
+    got = env.metrics(state, params)
+    assert_same_metrics(jax.tree.map(lambda x: np.asarray(x)[None], got), ref_out["metrics"])

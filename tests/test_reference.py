@@ -1,0 +1,361 @@
+"""Hand-checked tests of the reference simulator alone (the oracle must be right first)."""
+
+import numpy as np
+import pytest
+
+from jaxsched import cluster as C
+from jaxsched.reference import RefConfig, ReferenceSim, heuristic_action, run
+from jaxsched.types import ALL_MODELS, FragClasses, jobs_from_numpy
+
+V100, T4 = C.model_id("V100"), C.model_id("T4")
+
+
+def make_cluster(*rows, pad_nodes=None, max_gpus=8):
+    """rows: (model, gpus, cpu_milli, mem_mib)."""
+    table = C._table([(f"n{i}", *row) for i, row in enumerate(rows)])
+    return C.to_cluster(table, pad_nodes=pad_nodes, max_gpus=max_gpus)
+
+
+def make_jobs(rows, model_mask=None, deadline_s=None, pad_to=None):
+    """rows: (arrival_s, work_s, num_gpu, gpu_milli, cpu_milli, mem_mib)."""
+    cols = list(zip(*rows))
+    return jobs_from_numpy(*[np.asarray(c) for c in cols], model_mask=model_mask,
+                           deadline_s=deadline_s, pad_to=pad_to)
+
+
+def frag_classes(*rows):
+    """rows: (cpu_milli, gpu_milli, num_gpu, prob), every model allowed."""
+    cpu, gpu, num, prob = (np.asarray(c) for c in zip(*rows))
+    return FragClasses(cpu_milli=cpu.astype(np.int32), gpu_milli=gpu.astype(np.int32),
+                       num_gpu=num.astype(np.int32),
+                       model_mask=np.full(len(rows), ALL_MODELS, np.int32),
+                       prob=prob.astype(np.float32))
+
+
+ONE_GPU_CLASS = frag_classes((0, 1000, 1, 1.0))
+
+
+def gpu_job(arrival_s, work_s, num_gpu=1, gpu_milli=1000, cpu_milli=1000, mem_mib=1024):
+    return (arrival_s, work_s, num_gpu, gpu_milli, cpu_milli, mem_mib)
+
+
+# ---------------------------------------------------------------- dynamic mode, by hand
+
+def test_fifo_queueing_delay_matches_hand_computation():
+    # One 1-GPU node, three 1-GPU jobs: they run back to back in arrival order.
+    #   j0: arrives 0,  starts 0,   ends 100  -> delay 0,   JCT 100
+    #   j1: arrives 10, starts 100, ends 150  -> delay 90,  JCT 140
+    #   j2: arrives 20, starts 150, ends 180  -> delay 130, JCT 160
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(10, 50), gpu_job(20, 30)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "first-fit")
+    np.testing.assert_array_equal(out["start_s"], np.float32([0, 100, 150]))
+    np.testing.assert_array_equal(out["end_s"], np.float32([100, 150, 180]))
+    m = out["metrics"]
+    assert m["decisions"] == 3 and m["finished"] == 3 and m["done"] == 1 and m["unfinished"] == 0
+    assert m["queue_delay_mean"] == pytest.approx((0 + 90 + 130) / 3)
+    assert m["jct_mean"] == pytest.approx((100 + 140 + 160) / 3)
+    assert m["jct_p50"] == pytest.approx(140)
+    assert m["makespan_s"] == pytest.approx(180)
+    assert m["throughput_per_h"] == pytest.approx(3 / (180 / 3600))
+    # Bounded slowdown: 100/100, 140/50, 160/30.
+    assert m["slowdown_mean"] == pytest.approx((1 + 140 / 50 + 160 / 30) / 3)
+    assert m["gpu_alloc"] == pytest.approx(1.0)  # the only GPU is busy all along
+
+
+def test_end_time_is_float32_start_plus_work_over_speed():
+    # A T4 (speed 0.45) at a non-round start time: end must be float32 arithmetic exactly.
+    # (Chosen so that float64 arithmetic rounded at the end gives a different float32.)
+    cluster = make_cluster(("T4", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(3.7, 100.7), (3.7, 77.7, 0, 0, 1000, 1024)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "first-fit")
+    t = np.float32(3.7)
+    assert out["end_s"][0] == t + np.float32(100.7) / np.float32(0.45)
+    assert out["end_s"][0] != np.float32(float(t) + float(np.float32(100.7)) / float(np.float32(0.45)))
+    assert out["end_s"][1] == t + np.float32(77.7)  # CPU-only: speed does not apply
+
+
+def test_time_weighted_alloc_and_fragmentation_by_hand():
+    # One 1-GPU node, two half-GPU jobs; FGD class: one GPU at 600 milli.
+    #   [0, 50):    free [500] -> class can't fit, F = 500, idle 500, alloc 500
+    #   [50, 100):  free [0]   -> F = 0, idle 0, alloc 1000
+    #   [100, 150): free [500] -> F = 500, idle 500, alloc 500
+    # span 150 s, cluster 1000 milli.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100, gpu_milli=500), gpu_job(50, 100, gpu_milli=500)])
+    out = run(cluster, jobs, frag_classes((0, 600, 1, 1.0)), RefConfig(), "first-fit")
+    m = out["metrics"]
+    assert m["gpu_alloc"] == pytest.approx(100000 / 150000)
+    assert m["frag_amount"] == pytest.approx(50000 / 150000)
+    assert m["frag_rate"] == pytest.approx(1.0)
+
+
+def test_completion_frees_resources_for_a_waiting_job_at_that_instant():
+    # j1 arrives exactly when j0 ends: it starts then, with zero queueing delay.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(100, 10)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "first-fit")
+    assert out["start_s"][1] == np.float32(100)
+    assert out["metrics"]["queue_delay_mean"] == 0.0
+
+
+# ---------------------------------------------------------------- GPU rule inside a node
+
+@pytest.mark.parametrize("gpu_rule, expected_bits", [
+    # A(500) -> g0; B(700) -> g1; C(300): room on g0 (500), g1 (300), g2, g3 (1000)
+    ("best-fit", [0b0001, 0b0010, 0b0010, 0b1100]),  # C takes the least free: g1
+    ("first-fit", [0b0001, 0b0010, 0b0001, 0b1100]),  # C takes the lowest index: g0
+])
+def test_gpu_rule_chooses_gpus_inside_the_node(gpu_rule, expected_bits):
+    # D (2 whole GPUs) always gets the lowest-index wholly free GPUs: g2, g3.
+    cluster = make_cluster(("V100", 4, 64000, 262144))
+    jobs = make_jobs([gpu_job(0, 1000, gpu_milli=500), gpu_job(1, 1000, gpu_milli=700),
+                      gpu_job(2, 1000, gpu_milli=300), gpu_job(3, 1000, num_gpu=2)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(gpu_rule=gpu_rule), "first-fit")
+    assert out["gpu_bits"].tolist() == expected_bits
+    assert out["node"].tolist() == [0, 0, 0, 0]
+
+
+def test_whole_gpu_jobs_take_the_lowest_index_wholly_free_gpus():
+    # j0 takes g0; j1 (half GPU) takes g1 under best-fit (all equal, lowest index);
+    # j2 (2 whole GPUs) must then get g2 and g3, and j3 (1 whole) waits: none left.
+    # On a fresh 4-GPU node a 2-GPU job gets g0, g1 - not the last two.
+    cluster = make_cluster(("V100", 4, 64000, 262144), ("V100", 4, 64000, 262144))
+    jobs = make_jobs([gpu_job(0, 1000), gpu_job(1, 1000, gpu_milli=500), gpu_job(2, 1000, num_gpu=2),
+                      gpu_job(3, 1000, num_gpu=2)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "first-fit")
+    assert out["node"].tolist() == [0, 0, 0, 1]
+    assert out["gpu_bits"].tolist() == [0b0001, 0b0010, 0b1100, 0b0011]
+
+
+def test_fractional_jobs_never_overcommit_a_gpu():
+    # Two 600-milli jobs cannot share one GPU: the second waits for the first to end.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100, gpu_milli=600), gpu_job(0, 100, gpu_milli=600)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "best-fit")
+    assert out["start_s"].tolist() == [0, 100]
+
+
+# ---------------------------------------------------------------- failures and overflow
+
+def test_job_that_fits_no_node_fails_at_arrival_and_is_counted():
+    # Nodes have at most 2 GPUs; a 4-GPU job and a T4-only job (no T4 here) are unschedulable.
+    cluster = make_cluster(("V100", 2, 32000, 65536), ("V100", 1, 32000, 65536))
+    mask = np.array([ALL_MODELS, ALL_MODELS, 1 << T4, ALL_MODELS], np.int32)
+    jobs = make_jobs([gpu_job(0, 10), gpu_job(1, 10, num_gpu=4), gpu_job(2, 10), gpu_job(3, 10)],
+                     model_mask=mask)
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "first-fit")
+    m = out["metrics"]
+    assert m["failed"] == 2 and m["placed"] == 2 and m["finished"] == 2 and m["unfinished"] == 0
+    assert out["outcome"].tolist() == [1, 0, 0, 1]
+    assert out["node"].tolist()[1:3] == [-1, -1]
+    assert np.isinf(out["start_s"][1]) and np.isinf(out["end_s"][2])
+
+
+def test_static_mode_fails_a_job_that_does_not_fit_now():
+    # No departures: the second 1-GPU job finds the only GPU taken and fails;
+    # the CPU-only job after it still fits.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(5, 100), gpu_job(6, 100), (7, 100, 0, 0, 1000, 1024)])
+    sim = ReferenceSim(cluster, jobs, ONE_GPU_CLASS, RefConfig(mode="static"))
+    assert sim.window() == [0] and not sim.action_legal(sim.wait_action())
+    sim.step(sim.wait_action())  # wait is illegal in static mode: counted, changes nothing
+    assert sim.window() == [0] and sim.invalid_actions == 1
+    while not sim.done:
+        sim.step(heuristic_action(sim, "first-fit"))
+    out = sim.results()
+    m = out["metrics"]
+    assert out["outcome"].tolist() == [1, 0, 1]
+    assert out["start_s"].tolist() == [5, np.inf, 7]
+    assert np.isinf(out["end_s"]).all()  # placed jobs hold their resources forever
+    assert m["failed"] == 1 and m["placed"] == 2 and m["finished"] == 2 and m["unfinished"] == 0
+    assert m["decisions"] == 3
+    assert m["gpu_alloc"] == 1.0 and m["jct_mean"] == 0.0
+
+
+def test_static_fragmentation_snapshot_by_hand():
+    # 2 GPUs, one half-GPU job on g0 -> free [500, 1000], idle 1500, CPU free 31000.
+    # Class A (1 GPU at 600, p=0.5) fits (g1): F_A = 500 (g0 is too small for it).
+    # Class B (CPU-only, p=0.5) can't use GPUs: F_B = 1500.  F = 1000.
+    cluster = make_cluster(("V100", 2, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100, gpu_milli=500)])
+    classes = frag_classes((0, 600, 1, 0.5), (1000, 0, 0, 0.5))
+    m = run(cluster, jobs, classes, RefConfig(mode="static"), "best-fit")["metrics"]
+    assert m["gpu_alloc"] == pytest.approx(500 / 2000)
+    assert m["frag_amount"] == pytest.approx(1000 / 2000)
+    assert m["frag_rate"] == pytest.approx(1000 / 1500)
+
+
+def test_queue_overflow_drops_and_counts():
+    # Q = 2 and four 1-GPU jobs at t = 0: all arrivals at an instant are processed before the
+    # first decision, so j2 and j3 find the queue full and are dropped.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 10) for _ in range(4)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(queue_capacity=2), "first-fit")
+    m = out["metrics"]
+    assert m["dropped_overflow"] == 2 and m["finished"] == 2 and m["unfinished"] == 0
+    assert out["outcome"].tolist() == [1, 1, 0, 0]
+
+
+def test_running_capacity_blocks_placement_until_a_completion():
+    # R = 1 on a 2-GPU node: j1 fits at t=0 but the running set is full, so it waits for j0.
+    cluster = make_cluster(("V100", 2, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(0, 100)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(running_capacity=1), "first-fit")
+    assert out["start_s"].tolist() == [0, 100]
+    assert out["metrics"]["running_full"] == 1
+
+
+# ---------------------------------------------------------------- actions
+
+def test_wait_is_legal_only_while_a_future_event_exists():
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    alone = ReferenceSim(cluster, make_jobs([gpu_job(0, 10)]), ONE_GPU_CLASS, RefConfig(window=2))
+    assert not alone.action_legal(alone.wait_action())  # nothing running, nothing to come
+    alone.step(alone.wait_action())
+    assert alone.invalid_actions == 1 and alone.decisions == 1
+    assert alone.window() == [0] and alone.time_s == 0  # an illegal action changed nothing
+
+    pair = ReferenceSim(cluster, make_jobs([gpu_job(0, 10), gpu_job(50, 10)]), ONE_GPU_CLASS,
+                        RefConfig(window=2))
+    assert pair.action_legal(pair.wait_action())
+    pair.step(pair.wait_action())
+    assert pair.invalid_actions == 0
+    assert pair.time_s == 50 and pair.window() == [0, 1]  # the clock jumped to the arrival
+
+
+def test_invalid_action_is_counted_and_treated_as_wait():
+    # Slot 1 is empty, so placing it is illegal; wait is legal (j1 arrives at 50).
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    sim = ReferenceSim(cluster, make_jobs([gpu_job(0, 10), gpu_job(50, 10)]), ONE_GPU_CLASS,
+                       RefConfig(window=2))
+    N = sim.N
+    assert sim.window() == [0] and not sim.action_legal(1 * N + 0)
+    sim.step(1 * N + 0)
+    assert sim.invalid_actions == 1 and sim.time_s == 50 and sim.window() == [0, 1]
+    assert not sim.action_legal(-1) and not sim.action_legal(sim.wait_action() + 1)
+
+
+def test_reject_removes_the_job_and_counts_it():
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    sim = ReferenceSim(cluster, make_jobs([gpu_job(0, 10), gpu_job(0, 20)]), ONE_GPU_CLASS,
+                       RefConfig(window=2))
+    K, N = sim.K, sim.N
+    assert not sim.action_legal(sim.wait_action())  # nothing running, nothing to come
+    sim.step(K * N + 0)  # reject slot 0 (j0)
+    assert sim.window() == [1]
+    assert not sim.action_legal(K * N + 1)  # slot 1 is now empty
+    while not sim.done:
+        sim.step(heuristic_action(sim, "first-fit"))
+    out = sim.results()
+    assert out["outcome"].tolist() == [2, 1]
+    assert out["start_s"][1] == 0  # j1 is placed at once
+    m = out["metrics"]
+    assert m["rejected"] == 1 and m["finished"] == 1 and m["unfinished"] == 0
+
+
+def test_step_after_done_is_a_no_op_and_not_counted():
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    sim = ReferenceSim(cluster, make_jobs([gpu_job(0, 10)]), ONE_GPU_CLASS, RefConfig())
+    sim.step(0)
+    assert sim.done
+    sim.step(0)
+    sim.step(sim.wait_action())
+    assert sim.decisions == 1 and sim.invalid_actions == 0
+    assert not sim.place_mask().any()
+
+
+def test_step_cap_leaves_the_episode_unfinished_and_flags_it():
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(10, 100)])
+    m = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "first-fit", max_steps=1)["metrics"]
+    # Placing j0 at t=0 runs the clock to the next decision point, t=100 (j0 ended, j1 fits);
+    # the cap stops there: j0 finished, j1 was never placed.
+    assert m["done"] == 0 and m["decisions"] == 1 and m["placed"] == 1
+    assert m["finished"] == 1 and m["unfinished"] == 1
+    assert m["gpu_alloc"] == pytest.approx(1.0)  # over [0, 100) the GPU was busy
+
+
+# ---------------------------------------------------------------- queue order
+
+def test_sjf_orders_the_window_by_work_and_keeps_index_order_on_ties():
+    # The node is busy until 100, so jobs 1..4 pile up in the queue.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(1, 30), gpu_job(2, 10), gpu_job(3, 30), gpu_job(4, 5)])
+    sim = ReferenceSim(cluster, jobs, ONE_GPU_CLASS, RefConfig(queue_order="sjf"))
+    sim.step(0)  # place j0, then the clock runs to 100
+    assert sim.time_s == 100
+    assert sim.window() == [4, 2, 1, 3]
+
+
+def test_edf_orders_the_window_by_deadline():
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(1, 10), gpu_job(2, 10), gpu_job(3, 10)],
+                     deadline_s=np.float32([1000, np.inf, 300, 200]))
+    sim = ReferenceSim(cluster, jobs, ONE_GPU_CLASS, RefConfig(queue_order="edf"))
+    sim.step(0)
+    assert sim.window() == [3, 2, 1]
+
+
+# ---------------------------------------------------------------- heuristics
+
+def test_best_fit_prefers_the_tightest_node_and_first_fit_the_lowest_index():
+    # Job: 1 GPU, 4000 CPU. Scores:
+    #   n0 (8 GPU, 96000 CPU): int(100*(1 - (0.5*92000/128000 + 0.5*7000/8000))) = int(20.31) = 20
+    #   n1 (2 GPU, 16000 CPU): int(100*(1 - (0.5*12000/128000 + 0.5*1000/8000))) = int(89.06) = 89
+    cluster = make_cluster(("V100", 8, 96000, 393216), ("V100", 2, 16000, 65536))
+    jobs = make_jobs([gpu_job(0, 10, cpu_milli=4000)])
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "best-fit")["node"][0] == 1
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "first-fit")["node"][0] == 0
+
+
+def test_best_fit_breaks_ties_by_node_rank():
+    cluster = make_cluster(*[("V100", 2, 32000, 65536)] * 3)
+    jobs = make_jobs([gpu_job(0, 10)])
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "best-fit")["node"][0] == 0
+    ranked = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "best-fit", node_rank=np.array([2, 0, 1]))
+    assert ranked["node"][0] == 1
+
+
+def test_heuristics_backfill_within_the_window():
+    # At t=1 the queue is [j1 (2 GPUs, can't fit: one GPU busy), j2 (1 GPU, fits)].
+    cluster = make_cluster(("V100", 2, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(1, 10, num_gpu=2), gpu_job(1, 10)])
+    sim = ReferenceSim(cluster, jobs, ONE_GPU_CLASS, RefConfig(window=4))
+    sim.step(heuristic_action(sim, "first-fit"))  # j0 at t=0
+    assert sim.time_s == 1 and sim.window() == [1, 2]
+    mask = sim.place_mask()
+    assert not mask[0].any() and mask[1, 0]
+    assert heuristic_action(sim, "best-fit") == 1 * sim.N + 0
+
+
+def test_padding_nodes_and_jobs_are_ignored():
+    cluster = make_cluster(("V100", 1, 32000, 65536), pad_nodes=3)
+    jobs = make_jobs([gpu_job(0, 10), gpu_job(0, 10)], pad_to=5)
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "best-fit")
+    assert out["node"].tolist() == [0, 0, -1, -1, -1]
+    m = out["metrics"]
+    assert m["jobs_total"] == 2 and m["finished"] == 2 and m["unfinished"] == 0
+    assert m["gpu_alloc"] == pytest.approx(1.0)  # padding nodes add no capacity
+
+
+def test_random_workload_conserves_resources_and_accounts_for_every_job():
+    rng = np.random.default_rng(0)
+    cluster = C.to_cluster(C.preset(8))
+    n = 120
+    num_gpu = rng.choice([0, 1, 1, 2, 4, 8], n)
+    gpu_milli = np.where(num_gpu == 1, rng.choice([200, 500, 1000], n), np.where(num_gpu == 0, 0, 1000))
+    jobs = jobs_from_numpy(np.sort(rng.uniform(0, 500, n)), rng.uniform(1, 300, n), num_gpu, gpu_milli,
+                           rng.integers(500, 20000, n), rng.integers(500, 60000, n))
+    classes = frag_classes((0, 500, 1, 0.5), (0, 1000, 2, 0.5))
+    for policy in ("first-fit", "best-fit"):
+        sim = ReferenceSim(cluster, jobs, classes, RefConfig(window=4, queue_capacity=16))
+        while not sim.done:
+            sim.step(heuristic_action(sim, policy))
+            assert all(0 <= f <= 1000 for row in sim.free_milli for f in row)
+            assert all(c >= 0 for c in sim.free_cpu) and all(m >= 0 for m in sim.free_mem)
+        m = sim.results()["metrics"]
+        assert sim.idle_milli() == sim.cluster_milli  # everything released at the end
+        assert m["invalid_actions"] == 0 and m["unfinished"] == 0 and m["done"] == 1
+        assert m["finished"] + m["failed"] + m["dropped_overflow"] == n
+        assert 0 < m["gpu_alloc"] <= 1 and 0 <= m["frag_amount"] <= 1
