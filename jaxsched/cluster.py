@@ -29,6 +29,7 @@ DEFAULT_SPEEDS = {
     "G2": 0.8, "G3": 1.2, "MISC": 0.5, "CPU": 1.0,
 }
 MAX_GPUS_PER_NODE = 8
+INT32_MAX = int(np.iinfo(np.int32).max)
 
 # Node types of openb_node_list_gpu_node.csv (Alibaba 2023) and how many nodes of each:
 # (model, gpus, cpu_milli, memory_mib, count). 1,213 nodes, 6,212 GPUs in all.
@@ -121,6 +122,8 @@ def _int_field(path, line, field, text, minimum=0) -> int:
         raise DataError(path, line, field, f"not a whole number: {text!r}")
     if value < minimum:
         raise DataError(path, line, field, f"must be >= {minimum}, got {text}")
+    if value > INT32_MAX:
+        raise DataError(path, line, field, f"too large (> {INT32_MAX}): {text}")
     return int(value)
 
 
@@ -145,11 +148,15 @@ def load_openb_nodes(path) -> NodeTable:
         if missing:
             raise DataError(path, 1, missing[0], f"missing column(s) {missing}")
         rows = []
-        for line, rec in enumerate(reader, start=2):
+        for rec in reader:
+            line = reader.line_num  # counts blank lines too, as an editor does
+            empty = [c for c in need[:4] if rec.get(c) in (None, "")]  # CPU nodes may lack a model
+            if empty:
+                raise DataError(path, line, empty[0], "missing value")
             gpus = _int_field(path, line, "gpu", rec["gpu"])
             if gpus > MAX_GPUS_PER_NODE:
                 raise DataError(path, line, "gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")
-            model = _model_field(path, line, "model", rec["model"]) if gpus else "CPU"
+            model = _model_field(path, line, "model", rec["model"] or "") if gpus else "CPU"
             rows.append((rec["sn"], model, gpus,
                          _int_field(path, line, "cpu_milli", rec["cpu_milli"]),
                          _int_field(path, line, "memory_mib", rec["memory_mib"])))
@@ -168,18 +175,25 @@ def load_pai_machines(path) -> NodeTable:
     fields = ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu")
     rows = []
     with open(path, newline="") as f:
-        for line, rec in enumerate(csv.reader(f), start=1):
+        reader = csv.reader(f)
+        for rec in reader:
+            line = reader.line_num
             if not rec:
                 continue
             if len(rec) != len(fields):
-                raise DataError(path, line, None, f"expected {len(fields)} fields {fields}, got {len(rec)}")
+                field = fields[min(len(rec), len(fields) - 1)]
+                raise DataError(path, line, field, f"expected {len(fields)} fields {fields}, got {len(rec)}")
             name, gpu_type, cap_cpu, cap_mem, cap_gpu = rec
             gpus = _int_field(path, line, "cap_gpu", cap_gpu)
             if gpus > MAX_GPUS_PER_NODE:
                 raise DataError(path, line, "cap_gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")
             model = _model_field(path, line, "gpu_type", gpu_type) if gpus else "CPU"
-            rows.append((name, model, gpus, 1000 * _int_field(path, line, "cap_cpu", cap_cpu),
-                         1024 * _int_field(path, line, "cap_mem", cap_mem)))
+            cpu_milli = 1000 * _int_field(path, line, "cap_cpu", cap_cpu)
+            mem_mib = 1024 * _int_field(path, line, "cap_mem", cap_mem)
+            for field, value in (("cap_cpu", cpu_milli), ("cap_mem", mem_mib)):
+                if value > INT32_MAX:
+                    raise DataError(path, line, field, f"too large once converted: {value}")
+            rows.append((name, model, gpus, cpu_milli, mem_mib))
     if not rows:
         raise DataError(path, None, None, "no machines in file")
     return _table(rows)

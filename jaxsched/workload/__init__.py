@@ -1,0 +1,1 @@
+"""Workloads: real-trace loaders (``alibaba``) and FGD's target workload (``classes``)."""
