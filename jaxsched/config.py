@@ -1,0 +1,169 @@
+"""Configuration as data: typed, frozen dataclasses loaded from TOML, overridable by ``--set``.
+
+A run config has four sections, each a dataclass::
+
+    [cluster]              ClusterConfig   which nodes
+    [workload]             WorkloadConfig  which jobs (synthetic by default, or an openb trace)
+    [workload.synthetic]   workload.synthetic.SyntheticConfig
+    [env]                  sim.env.EnvConfig
+    [eval]                 EvalConfig      schedulers, episodes, seeds, output folder
+
+``load(path, overrides)`` reads a TOML file (any key may be left out: defaults apply) and then
+applies ``section.key=value`` overrides, where value is a TOML value (``env.window=4``,
+``eval.schedulers=["first-fit"]``). An unknown key or a value of the wrong type raises
+``DataError`` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from pathlib import Path
+
+from jaxsched.errors import DataError
+from jaxsched.sim.env import EnvConfig
+from jaxsched.workload.synthetic import SyntheticConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterConfig:
+    """preset_nodes: size of the openb-mix preset (used unless a node list is given).
+    node_list: path of an openb node list CSV; pai_machines: path of pai_machine_spec.csv."""
+
+    preset_nodes: int = 64
+    node_list: str = ""
+    pai_machines: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadConfig:
+    """source: "synthetic" (default, needs no data) or "openb" (a pod-list trace).
+
+    For "openb": ``trace`` is the pod list; each episode is a window of ``window_jobs``
+    consecutive arrivals, time-compressed to offered load ``target_load`` on the cluster.
+    For "synthetic": ``synthetic.target_load`` sets the load (its cluster_gpus is filled in
+    from the cluster when left out).
+    """
+
+    source: str = "synthetic"
+    trace: str = ""
+    window_jobs: int = 500
+    target_load: float = 0.9
+    strict: bool = False
+    synthetic: SyntheticConfig = SyntheticConfig(num_jobs=2000, target_load=0.9)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """schedulers: registry names; episodes: how many; batch_size: episodes per jitted call;
+    seed: base seed (episode i uses key fold_in(seed, i), so results do not depend on the
+    batch split); max_steps: decision cap per episode (0 = 3 x jobs + 100); out_dir: output."""
+
+    schedulers: tuple = ("first-fit", "best-fit")
+    episodes: int = 32
+    batch_size: int = 32
+    seed: int = 0
+    max_steps: int = 0
+    out_dir: str = "results/runs/evaluate"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    cluster: ClusterConfig = ClusterConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    env: EnvConfig = EnvConfig()
+    eval: EvalConfig = EvalConfig()
+
+
+def _coerce(value, kind, where: tuple):
+    """Check/convert a TOML value to the dataclass field type ``kind``."""
+    path, key = where
+    origin = typing.get_origin(kind)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is tuple or origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise DataError(path, None, key, f"expected a list, got {value!r}")
+        return tuple(value)
+    if kind in (int, float, str, bool) and not (isinstance(value, kind)
+                                                and not (kind is int and isinstance(value, bool))):
+        raise DataError(path, None, key, f"expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def from_dict(cls, data: dict, path="config", prefix=""):
+    """Build dataclass ``cls`` from a (nested) dict, starting from its defaults."""
+    return _merge(cls(), data, path, prefix)
+
+
+def _merge(obj, data: dict, path, prefix):
+    hints = typing.get_type_hints(type(obj))
+    known = {f.name for f in dataclasses.fields(obj)}
+    changes = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if name not in known:
+            raise DataError(path, None, key, f"unknown key; known: {sorted(known)}")
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise DataError(path, None, key, f"expected a table, got {value!r}")
+            changes[name] = _merge(current, value, path, key + ".")
+        else:
+            kind = hints[name]
+            kind = float if kind == "float" else kind
+            changes[name] = _coerce(value, _plain_type(kind, current), (path, key))
+    try:
+        return dataclasses.replace(obj, **changes)
+    except (ValueError, TypeError) as err:
+        raise DataError(path, None, prefix.rstrip(".") or None, str(err)) from None
+
+
+def _plain_type(kind, current):
+    """The runtime type to check against (annotations may be strings or unions)."""
+    if isinstance(kind, type):
+        return kind
+    if typing.get_origin(kind) is tuple:
+        return tuple
+    return type(current) if current is not None else object
+
+
+def parse_override(text: str) -> dict:
+    """``"a.b=value"`` -> ``{"a": {"b": value}}`` with value parsed as TOML (bare words = strings)."""
+    if "=" not in text:
+        raise DataError("--set", None, text, "expected key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word such as best-fit
+    out: dict = {}
+    node = out
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def load(path: str | Path | None = None, overrides=()) -> Config:
+    """Load a run config from TOML (or defaults when ``path`` is None) plus overrides."""
+    config = Config()
+    if path is not None:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise DataError(path, None, None, "config file not found") from None
+        except tomllib.TOMLDecodeError as err:
+            raise DataError(path, getattr(err, "lineno", None), None, f"not valid TOML: {err}") from None
+        config = _merge(config, data, path, "")
+    for text in overrides:
+        config = _merge(config, parse_override(text), "--set", "")
+    return config
+
+
+def to_dict(config) -> dict:
+    """A config as plain nested dicts (for saving next to results)."""
+    return dataclasses.asdict(config)
