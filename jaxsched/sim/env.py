@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxsched.sim import frag, metrics, resources
+from jaxsched.sim.resources import GPU_RULES
 from jaxsched.types import (
     GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
     Core, EnvParams, Jobs, Observation, SimState,
@@ -30,7 +31,6 @@ from jaxsched.types import (
 INF = jnp.float32(jnp.inf)
 MODES = ("dynamic", "static")
 QUEUE_ORDERS = ("fifo", "sjf", "edf")
-GPU_RULES = ("best-fit", "first-fit")
 TIE_BREAKS = ("permutation", "identity")
 
 
@@ -44,7 +44,8 @@ class EnvConfig:
     queue_capacity: Q, queued jobs held; an arrival beyond it is dropped and counted.
     running_capacity: R, jobs running at once; while full no job can be placed (flagged).
     queue_order: "fifo" (arrival), "sjf" (least work first) or "edf" (earliest deadline).
-    gpu_rule: which GPUs of the chosen node a fractional job gets ("best-fit", "first-fit").
+    gpu_rule: which GPUs of the chosen node a fractional job gets ("best-fit", "first-fit",
+      "random", "fgd"; see ``resources.choose_gpus``). The reference knows the first two.
     tie_break: "permutation" (a random node rank per episode) or "identity" (rank = index).
     reward_scale: reward = -(job-seconds spent in the system during the step) * reward_scale,
       so an episode's return is -(total JCT) * reward_scale. Default: job-hours.
@@ -156,7 +157,6 @@ class ClusterEnv:
         Returns (state, obs, reward, done, info); info holds ``legal`` (the action was legal).
         Once the episode is done, ``step`` changes nothing and counts nothing.
         """
-        del key  # the GPU rules here are deterministic; kept for the gymnax signature
         cfg, cluster, jobs, core = self.config, params.cluster, state.jobs, state.core
         k_max, n_nodes = cfg.window, cluster.num_nodes
         action = jnp.asarray(action, jnp.int32)
@@ -181,10 +181,15 @@ class ClusterEnv:
         # Place: GPUs by the rule, resources down, record the job, queue -> running set.
         j = jnp.maximum(window[slot], 0)
         free_row = core.free_milli[n]
-        gpus = resources.choose_gpus(free_row, jobs.num_gpu[j], jobs.gpu_milli[j], cfg.gpu_rule)
+        free_cpu = core.free_cpu.at[n].add(-jnp.where(place, jobs.cpu_milli[j], 0))
+        gpu_scores = None
+        if cfg.gpu_rule == "fgd":
+            gpu_scores = frag.fgd_gpu_scores(free_row, free_cpu[n], cluster.gpu_model[n],
+                                             core.frag_node[n], jobs.gpu_milli[j], params.frag_classes)
+        gpus = resources.choose_gpus(free_row, jobs.num_gpu[j], jobs.gpu_milli[j], cfg.gpu_rule,
+                                     key, gpu_scores)
         used_row = jnp.where(gpus & place, jobs.gpu_milli[j], 0)
         new_row = free_row - used_row
-        free_cpu = core.free_cpu.at[n].add(-jnp.where(place, jobs.cpu_milli[j], 0))
         free_mem = core.free_mem.at[n].add(-jnp.where(place, jobs.mem_mib[j], 0))
         node_frag = frag.node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params.frag_classes)
         run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])

@@ -9,6 +9,7 @@ F_n = sum_m p_m F_n(m); cluster F = sum_n F_n.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from jaxsched.types import FragClasses
@@ -30,3 +31,21 @@ def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
     idle = free_milli.sum(-1)[..., None]  # [..., 1]
     per_class = jnp.where(fits, too_small, idle).astype(jnp.float32)
     return (per_class * classes.prob).sum(-1)
+
+
+def fgd_score(frag_before, frag_after):
+    """FGD's published integer node score: int(100 * sigmoid((F_before - F_after) / 1000))."""
+    return (100.0 * jax.nn.sigmoid((frag_before - frag_after) / 1000.0)).astype(jnp.int32)
+
+
+def fgd_gpu_scores(free_row, free_cpu_after, gpu_model, frag_before, gpu_milli, classes: FragClasses):
+    """[G] int32 FGD score of putting a fractional job (``gpu_milli``) on each GPU of one node.
+
+    free_row [G] int32 free milli before; free_cpu_after [] the node's free CPU once the job's
+    CPU is taken; frag_before [] F_n now. GPUs without room get meaningless scores: mask them.
+    """
+    g = free_row.shape[-1]
+    rows = free_row[None, :] - jnp.eye(g, dtype=free_row.dtype) * gpu_milli  # [G, G]: GPU g used
+    after = node_frag(rows, jnp.broadcast_to(free_cpu_after, (g,)), jnp.broadcast_to(gpu_model, (g,)),
+                      classes)
+    return fgd_score(frag_before, after)

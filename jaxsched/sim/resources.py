@@ -6,6 +6,7 @@ loops over nodes, GPUs or jobs in Python.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from jaxsched.types import GPU_MILLI, Cluster
@@ -37,13 +38,18 @@ def fits(cluster: Cluster, free_cpu, free_mem, max_free, whole_free,
     return cluster.valid & (free_cpu >= job(cpu_milli)) & (free_mem >= job(mem_mib)) & gpu_ok
 
 
-def choose_gpus(free_row, num_gpu, gpu_milli, rule: str):
+GPU_RULES = ("best-fit", "first-fit", "random", "fgd")
+
+
+def choose_gpus(free_row, num_gpu, gpu_milli, rule: str, key=None, gpu_scores=None):
     """The GPUs of one node a job gets, as a [G] bool mask (docs/semantics.md, "GPU rule").
 
     free_row [G] int32 free milli of the node's GPUs (missing GPUs: 0).
     Whole-GPU jobs take the lowest-index wholly free GPUs; a fractional job takes one GPU
-    chosen by ``rule`` ("best-fit": least free that still fits, "first-fit": lowest index).
-    CPU-only jobs take none. The caller guarantees the job fits.
+    with room chosen by ``rule``: "best-fit" least free (lowest index on ties), "first-fit"
+    lowest index, "random" uniform (needs ``key``), "fgd" highest ``gpu_scores`` [G]
+    (lowest index on ties; see ``frag.fgd_gpu_scores``). CPU-only jobs take none.
+    The caller guarantees the job fits.
     """
     whole_free = free_row == GPU_MILLI
     whole_pick = whole_free & (jnp.cumsum(whole_free) <= num_gpu)
@@ -52,6 +58,10 @@ def choose_gpus(free_row, num_gpu, gpu_milli, rule: str):
         best = jnp.argmin(jnp.where(room, free_row, jnp.iinfo(jnp.int32).max))
     elif rule == "first-fit":
         best = jnp.argmax(room)
+    elif rule == "random":
+        best = jax.random.categorical(key, jnp.where(room, 0.0, -jnp.inf))
+    elif rule == "fgd":
+        best = jnp.argmax(jnp.where(room, gpu_scores, jnp.iinfo(jnp.int32).min))
     else:
         raise ValueError(f"unknown gpu_rule {rule!r}")
     fractional_pick = jnp.arange(free_row.shape[-1]) == best

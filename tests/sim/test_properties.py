@@ -30,9 +30,10 @@ def random_legal(params, obs, key):
 
 
 def random_any(params, obs, key):
-    """Any action at all, legal or not, including out-of-range ones."""
-    del params
-    return jax.random.randint(key, (), -3, obs.action_mask.shape[0] + 3)
+    """Half the time any action at all (legal or not, out-of-range too), else a legal one."""
+    k_coin, k_any, k_legal = jax.random.split(key, 3)
+    anything = jax.random.randint(k_any, (), -3, obs.action_mask.shape[0] + 3)
+    return jnp.where(jax.random.bernoulli(k_coin), anything, random_legal(params, obs, k_legal))
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,7 +78,7 @@ def test_resources_are_never_overcommitted_and_come_back_exactly(cluster, jobs, 
     key = jax.random.key(seed)
     state, obs = reset(key, params, to_device(jobs))
     cap_milli, cap_cpu, cap_mem = capacity(cluster)
-    for t in range(4 * PAD_JOBS):
+    for t in range(20 * PAD_JOBS):
         core = state.core
         free = np.asarray(core.free_milli), np.asarray(core.free_cpu), np.asarray(core.free_mem)
         held = held_by_running(state, cluster, float(core.time_s))
