@@ -118,11 +118,14 @@ class Core:
     free_cpu      [N]     int32    free CPU milli-cores
     free_mem      [N]     int32    free memory MiB
     frag_node     [N]     float32  FGD fragmentation F_n of each node (milli-GPU)
+    max_free      [N]     int32    largest free milli on one GPU of each node   } caches of
+    whole_free    [N]     int32    number of wholly free GPUs of each node      } free_milli
     queue         [Q]     int32    queued job indices in queue order, -1 after the end
     queue_key     [Q]     float32  the discipline's sort key of each queued job (+inf after the end)
     queue_len     []      int32
-    run_job       [R]     int32    running job indices, -1 = free slot
-    run_end_s     [R]     float32  end time of each running job, +inf = free slot
+    run_job       [R]     int32    running jobs, a ring sorted by end time: run_job[run_head]
+    run_end_s     [R]     float32  ends first; entries past num_running are -1 / +inf
+    run_head      []      int32    ring position of the running job that ends first
     num_running   []      int32
     acc           sim.metrics.Accumulators
     done          []      bool     the episode has ended
@@ -134,11 +137,14 @@ class Core:
     free_cpu: jax.Array
     free_mem: jax.Array
     frag_node: jax.Array
+    max_free: jax.Array
+    whole_free: jax.Array
     queue: jax.Array
     queue_key: jax.Array
     queue_len: jax.Array
     run_job: jax.Array
     run_end_s: jax.Array
+    run_head: jax.Array
     num_running: jax.Array
     acc: "object"
     done: jax.Array
@@ -185,6 +191,7 @@ class Observation:
     node_rank    [N]     int32    per-episode tie-break rank
     cluster      Cluster          static capacities
     time_s       []      float32;  queue_len [] int32
+    frag_classes FragClasses      FGD's target workload (what fgd scores against)
     """
 
     window_job: jax.Array
@@ -205,6 +212,7 @@ class Observation:
     cluster: Cluster
     time_s: jax.Array
     queue_len: jax.Array
+    frag_classes: FragClasses
 
 
 def jobs_from_numpy(

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxsched.sim import frag, metrics, resources
+from jaxsched.sim.reduce import ordered_sum
 from jaxsched.sim.resources import GPU_RULES
 from jaxsched.types import (
     GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
@@ -108,10 +109,10 @@ class ClusterEnv:
         free_milli = jnp.where(cluster.gpu_exists, GPU_MILLI, 0).astype(jnp.int32)
         free_cpu = jnp.where(cluster.valid, cluster.cpu_milli, 0)
         free_mem = jnp.where(cluster.valid, cluster.mem_mib, 0)
+        max_free, whole_free = resources.node_summary(free_milli)
         if cfg.static:
             unschedulable = jnp.zeros(num_jobs, bool)  # static mode tests fit at each arrival
         else:
-            max_free, whole_free = resources.node_summary(free_milli)
             unschedulable = ~resources.fits(
                 cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu, jobs.gpu_milli,
                 jobs.cpu_milli, jobs.mem_mib, jobs.model_mask).any(-1)
@@ -127,11 +128,14 @@ class ClusterEnv:
             free_mem=free_mem,
             frag_node=jnp.where(cluster.valid, frag.node_frag(
                 free_milli, free_cpu, cluster.gpu_model, params.frag_classes), 0.0),
+            max_free=max_free,
+            whole_free=whole_free,
             queue=jnp.full(q, -1, jnp.int32),
             queue_key=jnp.full(q, INF),
             queue_len=jnp.int32(0),
             run_job=jnp.full(r, -1, jnp.int32),
             run_end_s=jnp.full(r, INF),
+            run_head=jnp.int32(0),
             num_running=jnp.int32(0),
             acc=metrics.Accumulators.zeros(),
             done=jnp.bool_(False),
@@ -194,23 +198,12 @@ class ClusterEnv:
         node_frag = frag.node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params.frag_classes)
         run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])
         end = INF if cfg.static else core.time_s + run_s
-        core = core.replace(
-            free_milli=core.free_milli.at[n].set(new_row),
-            free_cpu=free_cpu,
-            free_mem=free_mem,
-            frag_node=core.frag_node.at[n].set(jnp.where(place, node_frag, core.frag_node[n])),
-        )
+        core = self._set_node(core, n, new_row, free_cpu, free_mem,
+                              jnp.where(place, node_frag, core.frag_node[n]))
         if not cfg.static:
-            free_slot = jnp.argmax(core.run_job < 0)
-            num_running = core.num_running + place
-            core = core.replace(
-                run_job=core.run_job.at[free_slot].set(jnp.where(place, j, core.run_job[free_slot])),
-                run_end_s=core.run_end_s.at[free_slot].set(
-                    jnp.where(place, end, core.run_end_s[free_slot])),
-                num_running=num_running,
-                acc=core.acc.replace(running_full=core.acc.running_full
-                                     | (place & (num_running >= cfg.running_capacity))),
-            )
+            core = self._running_insert(core, j, end, place)
+            core = core.replace(acc=core.acc.replace(running_full=core.acc.running_full | (
+                place & (core.num_running >= cfg.running_capacity))))
         core = self._queue_remove(core, slot, place | reject)
         state = state.replace(
             outcome=state.outcome.at[j].set(jnp.where(
@@ -229,7 +222,7 @@ class ClusterEnv:
         )
         core = core.replace(acc=acc)
         if not cfg.static:
-            t_next = jnp.minimum(core.run_end_s.min(), self._next_arrival_time(core, jobs))
+            t_next = jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs))
             core = self._move_clock(core, jnp.where(wait, t_next, core.time_s), params)
 
         in_system_before = state.core.acc.in_system_integral
@@ -267,6 +260,7 @@ class ClusterEnv:
             cluster=params.cluster,
             time_s=core.time_s,
             queue_len=core.queue_len,
+            frag_classes=params.frag_classes,
         )
 
     def metrics(self, state: SimState, params: EnvParams) -> dict:
@@ -283,8 +277,7 @@ class ClusterEnv:
         """[K, N] bool: window job k fits node n now (and the running set has room)."""
         window = self._window(core)
         j = jnp.maximum(window, 0)
-        max_free, whole_free = resources.node_summary(core.free_milli)
-        mask = resources.fits(cluster, core.free_cpu, core.free_mem, max_free, whole_free,
+        mask = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
                               jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
                               jobs.mem_mib[j], jobs.model_mask[j])
         mask = mask & (window >= 0)[:, None]
@@ -306,8 +299,34 @@ class ClusterEnv:
         idle = core.free_milli.sum()
         allocated = params.cluster.gpu_exists.sum() * GPU_MILLI - idle
         acc = metrics.accumulate(core.acc, t_new - core.time_s, allocated,
-                                 core.frag_node.sum(), idle, core.queue_len + core.num_running)
+                                 ordered_sum(core.frag_node), idle, core.queue_len + core.num_running)
         return core.replace(time_s=t_new, acc=acc)
+
+    def _set_node(self, core: Core, n, free_row, free_cpu, free_mem, node_frag):
+        """Write node n's new free resources and refresh its cached summaries."""
+        max_free, whole_free = resources.node_summary(free_row)
+        return core.replace(
+            free_milli=core.free_milli.at[n].set(free_row),
+            free_cpu=free_cpu,
+            free_mem=free_mem,
+            frag_node=core.frag_node.at[n].set(node_frag),
+            max_free=core.max_free.at[n].set(max_free),
+            whole_free=core.whole_free.at[n].set(whole_free),
+        )
+
+    def _next_end_time(self, core: Core):
+        """End time of the running job that ends first (+inf when none): O(1), the ring is sorted."""
+        return core.run_end_s[core.run_head]
+
+    def _running_insert(self, core: Core, j, end, active):
+        """Insert job j (ending at ``end``) into the sorted ring when ``active``: O(R), in step only."""
+        r = core.run_job.shape[0]
+        logical = (jnp.arange(r) - core.run_head) % r  # position in end-time order
+        pos = ((logical < core.num_running) & (core.run_end_s <= end)).sum()
+        put = lambda arr, x: jnp.where(  # noqa: E731
+            active, jnp.where(logical < pos, arr, jnp.where(logical == pos, x, jnp.roll(arr, 1))), arr)
+        return core.replace(run_job=put(core.run_job, j), run_end_s=put(core.run_end_s, end),
+                            num_running=core.num_running + active)
 
     def _queue_remove(self, core: Core, slot, active):
         """Remove queue position ``slot`` when ``active``; the others keep their order."""
@@ -319,7 +338,15 @@ class ClusterEnv:
         return core.replace(queue=queue, queue_key=key, queue_len=core.queue_len - active)
 
     def _queue_insert(self, core: Core, j, key, active):
-        """Insert job ``j`` after every queued job with sort key <= ``key`` when ``active``."""
+        """Insert job ``j`` after every queued job with sort key <= ``key`` when ``active``.
+
+        FIFO keys grow with every arrival, so FIFO appends in O(1); other orders shift O(Q).
+        """
+        if self.config.queue_order == "fifo":
+            at = jnp.where(active, core.queue_len, core.queue.shape[0])  # out of range: dropped
+            return core.replace(queue=core.queue.at[at].set(j, mode="drop"),
+                                queue_key=core.queue_key.at[at].set(key, mode="drop"),
+                                queue_len=core.queue_len + active)
         i = jnp.arange(core.queue.shape[0])
         pos = ((i < core.queue_len) & (core.queue_key <= key)).sum()
         put = lambda arr, x: jnp.where(  # noqa: E731
@@ -336,7 +363,7 @@ class ClusterEnv:
     def _complete(self, state: SimState, core: Core, params: EnvParams, active):
         """Finish the running job with the earliest end (when ``active``): resources come back."""
         jobs, cluster = state.jobs, params.cluster
-        slot = jnp.argmin(core.run_end_s)
+        slot = core.run_head
         j = jnp.maximum(core.run_job[slot], 0)
         n = state.node[j]
         gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
@@ -344,13 +371,13 @@ class ClusterEnv:
         new_row = core.free_milli[n] + back_row
         free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
         node_frag = frag.node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params.frag_classes)
+        core = self._set_node(core, n, new_row, free_cpu,
+                              core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
+                              jnp.where(active, node_frag, core.frag_node[n]))
         return core.replace(
-            free_milli=core.free_milli.at[n].set(new_row),
-            free_cpu=free_cpu,
-            free_mem=core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
-            frag_node=core.frag_node.at[n].set(jnp.where(active, node_frag, core.frag_node[n])),
             run_job=core.run_job.at[slot].set(jnp.where(active, -1, core.run_job[slot])),
             run_end_s=core.run_end_s.at[slot].set(jnp.where(active, INF, core.run_end_s[slot])),
+            run_head=jnp.where(active, (slot + 1) % core.run_job.shape[0], slot),
             num_running=core.num_running - active,
         )
 
@@ -380,7 +407,7 @@ class ClusterEnv:
     def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams):
         """One loop turn: stop at a decision point, or (move the clock and) handle one event."""
         jobs = state.jobs
-        t_done = core.run_end_s.min()
+        t_done = self._next_end_time(core)
         t_arrival = self._next_arrival_time(core, jobs)
         t_next = jnp.minimum(t_done, t_arrival)
         no_event = t_next == INF
@@ -404,8 +431,7 @@ class ClusterEnv:
         waiting = core.queue_len > 0
         stop = waiting | all_arrived
         active = ~stop
-        max_free, whole_free = resources.node_summary(core.free_milli)
-        fits_any = resources.fits(cluster, core.free_cpu, core.free_mem, max_free, whole_free,
+        fits_any = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
                                   jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
                                   jobs.mem_mib[j], jobs.model_mask[j]).any()
         enqueue = active & fits_any

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxsched.sim.reduce import ordered_sum
 from jaxsched.types import FragClasses
 
 
@@ -30,7 +31,7 @@ def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
     too_small = jnp.where(f < need, f, 0).sum(-1)  # [..., M]
     idle = free_milli.sum(-1)[..., None]  # [..., 1]
     per_class = jnp.where(fits, too_small, idle).astype(jnp.float32)
-    return (per_class * classes.prob).sum(-1)
+    return ordered_sum(per_class * classes.prob)
 
 
 def fgd_score(frag_before, frag_after):

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxsched.sim.reduce import ordered_sum
 from jaxsched.types import GPU_MILLI, OUTCOME_PLACED, OUTCOME_REJECTED, EnvParams
 
 SLOWDOWN_FLOOR_S = 10.0  # bounded slowdown divides by max(run time, 10 s)
@@ -83,13 +84,13 @@ def summarize(state, params: EnvParams, static_mode: bool) -> dict:
     delay = state.start_s - jobs.arrival_s
     run = state.end_s - state.start_s
     jct_p50, jct_p95, jct_p99 = _masked_percentiles(jct, finished, [50.0, 95.0, 99.0])
-    mean = lambda x: _safe_div(jnp.where(finished, x, 0.0).sum(), n_finished)  # noqa: E731
+    mean = lambda x: _safe_div(ordered_sum(jnp.where(finished, x, 0.0)), n_finished)  # noqa: E731
     slowdown = jnp.maximum(jct / jnp.maximum(run, SLOWDOWN_FLOOR_S), 1.0)
     makespan = jnp.where(n_finished > 0, jnp.where(finished, state.end_s, -jnp.inf).max() - t0, 0.0)
 
     if static_mode:
         alloc_milli = total_milli - core.free_milli.sum().astype(jnp.float32)
-        frag = core.frag_node.sum()
+        frag = ordered_sum(core.frag_node)
         gpu_alloc = _safe_div(alloc_milli, total_milli)
         frag_amount = _safe_div(frag, total_milli)
         frag_rate = _safe_div(frag, total_milli - alloc_milli)
