@@ -16,7 +16,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -91,7 +90,7 @@ def run_scheduler(name: str, config: cfg_lib.Config, params: EnvParams, jobs, en
                   max_steps: int, progress=None) -> pd.DataFrame:
     """Per-episode metrics of one registered scheduler over all episodes (batched)."""
     sched = policies.get(name)
-    env = ClusterEnv(dataclasses.replace(config.env, gpu_rule=sched.gpu_rule))
+    env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
     run = jax.jit(lambda p, j, k: rollout(env, sched.policy, None, p, j, k, max_steps)[1])
     episodes, batch = config.eval.episodes, config.eval.batch_size
     frames = []

@@ -2,6 +2,8 @@
 
 A policy is ``policy(params, obs, key) -> flat action`` (see ``sim.env``); heuristics take
 ``params=None``. Add your own by writing such a function and registering it here.
+Definitions: ../shared/SPEC.md, "Heuristic schedulers" (elasticflow, hops and r&p need env
+features that are not there yet).
 """
 
 from __future__ import annotations
@@ -10,23 +12,49 @@ import dataclasses
 from typing import Callable
 
 from jaxsched.policies.best_fit import best_fit
+from jaxsched.policies.dot_product import dot_product
+from jaxsched.policies.fgd import fgd
 from jaxsched.policies.first_fit import first_fit
+from jaxsched.policies.gpu_clustering import gpu_clustering
+from jaxsched.policies.gpu_packing import gpu_packing
+from jaxsched.policies.random_node import random_node
+from jaxsched.policies.sjf import sjf
+from jaxsched.policies.spread import spread
 
 
 @dataclasses.dataclass(frozen=True)
 class Scheduler:
-    """A registry entry: the node rule (a policy) and the GPU rule inside the node."""
+    """A registry entry: the node rule (a policy), the GPU rule inside the node, and the
+    queue order it needs (None: whatever the run's config says, FIFO by default)."""
 
     name: str
     policy: Callable
     gpu_rule: str = "best-fit"
     description: str = ""
+    queue_order: str | None = None
+
+    def env_config(self, config):
+        """``config`` (an ``EnvConfig``) with this scheduler's GPU rule and queue order applied."""
+        changes = {"gpu_rule": self.gpu_rule}
+        if self.queue_order is not None:
+            changes["queue_order"] = self.queue_order
+        return dataclasses.replace(config, **changes)
 
 
 REGISTRY = {
     s.name: s for s in (
         Scheduler("first-fit", first_fit, "best-fit", "lowest-index feasible node"),
         Scheduler("best-fit", best_fit, "best-fit", "FGD paper's BestFit: least CPU+GPU leftover"),
+        Scheduler("random", random_node, "random", "uniform over feasible nodes, random GPU"),
+        Scheduler("spread", spread, "best-fit", "most CPU+GPU leftover (load balancing)"),
+        Scheduler("dot-product", dot_product, "best-fit",
+                  "FGD paper's DotProd: smallest dot product of free and requested CPU/GPU"),
+        Scheduler("gpu-packing", gpu_packing, "best-fit",
+                  "FGD paper's GpuPacking: partly used GPUs, then used nodes, then small empty nodes"),
+        Scheduler("gpu-clustering", gpu_clustering, "best-fit",
+                  "FGD paper's GpuClustering: nodes hosting the same job class (classes read off GPUs)"),
+        Scheduler("fgd", fgd, "fgd", "Fragmentation Gradient Descent (Weng et al., ATC '23)"),
+        Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
     )
 }
 
