@@ -2,6 +2,8 @@
 
 ``rollout`` resets a batch of episodes and steps them (vmapped) until every episode is done
 or a step cap is reached, then returns the final states and per-episode metrics.
+``rollout_timeline`` steps the same episodes a fixed number of steps and records the cluster
+after each one (for plots over time).
 """
 
 from __future__ import annotations
@@ -12,28 +14,36 @@ import jax
 import jax.numpy as jnp
 
 from jaxsched.sim.env import ClusterEnv
-from jaxsched.types import EnvParams, Jobs
+from jaxsched.sim.reduce import ordered_sum
+from jaxsched.types import GPU_MILLI, EnvParams, Jobs
 
 
-DEFAULT_CHUNK = 64
+CPU_CHUNK = 16  # best of 8..128 at 1,024 episodes on 2 CPU cores (see rollout's docstring)
+
+
+def default_chunk() -> int | None:
+    """Episodes stepped together: small on a CPU (cache, slowest-episode waits), all on a GPU."""
+    return CPU_CHUNK if jax.default_backend() == "cpu" else None
 
 
 def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvParams,
-            jobs: Jobs, keys, max_steps: int, chunk: int = DEFAULT_CHUNK):
+            jobs: Jobs, keys, max_steps: int, chunk: int | None = -1):
     """Run a batch of episodes to the end.
 
     env_params: one ``EnvParams`` shared by the batch. jobs: ``Jobs`` with a leading batch
     axis [B, J]. keys: [B] per-episode keys (results do not depend on how a batch is split).
     max_steps: step cap; an episode still running then has metrics["done"] == 0.
-    chunk: episodes stepped together; a larger batch runs as a sequence of chunks
-    (``lax.map``). Under ``vmap`` the env's event loop runs as long as the slowest episode
-    of its batch, and a chunk's state stays in cache: on a CPU, 64 is about 2x faster per
-    decision than stepping 1,024 episodes at once (scripts/bench.py).
+    chunk: episodes stepped together (-1: ``default_chunk()``, None: the whole batch); a
+    larger batch runs as a sequence of chunks (``lax.map``). Under ``vmap`` the env's event
+    loop runs as long as the slowest episode of its batch, and a small chunk's state stays
+    in cache: at 1,024 episodes on 2 CPU cores, chunks of 16 gave ~85k decisions/s, 64
+    ~60k, 128 ~40k and the whole batch ~28k (64 nodes, first-fit).
     Returns (final states [B], metrics dict of [B] arrays). Jit it with ``env`` and
     ``policy`` static (``jax.jit(rollout, static_argnums=(0, 1, 6))``).
     """
     batch = keys.shape[0]
-    if batch > chunk and batch % chunk == 0:
+    chunk = default_chunk() if chunk == -1 else chunk
+    if chunk is not None and batch > chunk and batch % chunk == 0:
         split = lambda x: x.reshape(batch // chunk, chunk, *x.shape[1:])  # noqa: E731
         out = jax.lax.map(
             lambda c: _rollout_batch(env, policy, policy_params, env_params, c[0], c[1], max_steps),
@@ -93,3 +103,47 @@ def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params
     env_params, policy_params = jax.tree.map(lambda x: place(x, whole), (env_params, policy_params))
     state, metrics = run(env_params, policy_params, jobs, place(pad(keys), split))
     return jax.tree.map(lambda x: x[:batch], (state, metrics))
+
+
+def rollout_timeline(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvParams,
+                     jobs: Jobs, keys, num_steps: int):
+    """Step a (small) batch for exactly ``num_steps`` decisions and record the cluster each step.
+
+    The same episodes as ``rollout`` on the same ``keys``: the same reset and step keys and
+    the same ``env.step``, so once ``num_steps`` covers every episode's decisions the final
+    states agree. Steps after an episode ends change nothing (its records repeat, done=True).
+    Use a few episodes: the records are [B, num_steps].
+    Returns (final states [B], timeline dict of [B, num_steps] arrays, the state after step t):
+      time_s          float32  the clock
+      alloc_milli     int32    allocated milli-GPU in the cluster
+      frag_milli      float32  cluster fragmentation F = sum of ``core.frag_node``
+      queue_len       int32    queued jobs
+      done            bool     the episode has ended
+    Jit it with ``env``, ``policy`` and ``num_steps`` static.
+    """
+    reset_keys, step_keys = jax.vmap(lambda k: jax.random.split(k))(keys).swapaxes(0, 1)
+    state, obs = jax.vmap(env.reset, in_axes=(0, None, 0))(reset_keys, env_params, jobs)
+    total_milli = env_params.cluster.gpu_exists.sum(dtype=jnp.int32) * GPU_MILLI
+
+    def one_step(key, state, obs, t):
+        # Same key schedule as ``_rollout_batch``, so the episodes are the same.
+        k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
+        action = policy(policy_params, obs, k_policy)
+        state, obs, _, _, _ = env.step(k_env, state, action, env_params)
+        core = state.core
+        record = {"time_s": core.time_s,
+                  "alloc_milli": total_milli - core.free_milli.sum(dtype=jnp.int32),
+                  "frag_milli": ordered_sum(core.frag_node),
+                  "queue_len": core.queue_len,
+                  "done": core.done}
+        return state, obs, record
+
+    batched_step = jax.vmap(one_step, in_axes=(0, 0, 0, None))
+
+    def body(carry, t):
+        state, obs = carry
+        state, obs, record = batched_step(step_keys, state, obs, t)
+        return (state, obs), record
+
+    (state, _), records = jax.lax.scan(body, (state, obs), jnp.arange(num_steps, dtype=jnp.int32))
+    return state, jax.tree.map(lambda x: x.swapaxes(0, 1), records)
