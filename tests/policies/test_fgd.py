@@ -15,7 +15,7 @@ from jaxsched import policies
 from jaxsched.policies.fgd import fgd_scores
 from jaxsched.sim import ClusterEnv, EnvConfig, frag
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
-from tests.policies.states import G_MAX, N_NODES, chosen_node, cluster, frag_classes, observe
+from tests.policies.states import N_NODES, chosen_node, cluster, frag_classes, observe
 
 fgd = jax.jit(policies.get("fgd").policy)
 scores_of = jax.jit(fgd_scores)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import math
 
 import numpy as np
 import pandas as pd
