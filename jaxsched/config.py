@@ -58,7 +58,12 @@ class WorkloadConfig:
 class EvalConfig:
     """schedulers: registry names; episodes: how many; batch_size: episodes per jitted call;
     seed: base seed (episode i uses key fold_in(seed, i), so results do not depend on the
-    batch split); max_steps: decision cap per episode (0 = 3 x jobs + 100); out_dir: output."""
+    batch split); max_steps: decision cap per episode (0 = 3 x jobs + 100); out_dir: output.
+    per_job: also write per_job.csv, the complete schedule (one row per job and scheduler).
+    plots: write the PNG plots; timeline_episodes: episodes stepped again to record the
+    cluster over time (the allocation/fragmentation plot and timeline.csv; 0 = none).
+    sweep_loads: offered loads rho; when given, every scheduler runs at each load (the
+    workload's target load) and sweep.csv / sweep.png are written instead."""
 
     schedulers: tuple = ("first-fit", "best-fit")
     episodes: int = 32
@@ -66,6 +71,10 @@ class EvalConfig:
     seed: int = 0
     max_steps: int = 0
     out_dir: str = "results/runs/evaluate"
+    per_job: bool = False
+    plots: bool = True
+    timeline_episodes: int = 1
+    sweep_loads: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

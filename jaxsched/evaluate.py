@@ -2,12 +2,24 @@
 
 Every scheduler runs over the same batch of episodes (same workloads, same tie-break keys)
 in one jitted, vmapped rollout per batch. Writes, under ``eval.out_dir``:
-``per_episode.csv``, ``summary.csv``, ``summary.md`` and ``config.json``; prints the table.
+
+- ``per_episode.csv`` (every metric of every episode, plus its offered load),
+  ``summary.csv`` and ``summary.md`` (mean and 95% CI per scheduler), ``config.json``;
+- ``per_job.csv`` with ``--per-job`` (eval.per_job): the complete schedule, one row per job;
+- with plots on (eval.plots, default): ``jct_cdf.png``, ``queue_delay.png``, ``metrics.png``
+  (a bar per scheduler and headline metric) and ``timeline.png`` + ``timeline.csv`` (the
+  cluster after every decision of the first ``eval.timeline_episodes`` episodes).
+
+With ``--sweep load`` (eval.sweep_loads) every scheduler runs at each offered load instead,
+and ``sweep.csv`` (mean and CI per scheduler and load), ``sweep_per_episode.csv`` and
+``sweep.png`` (each headline metric against load) are written.
 
 Examples::
 
     python -m jaxsched.evaluate                                  # built-in synthetic workload
     python -m jaxsched.evaluate --config configs/default.toml --set eval.episodes=128
+    python -m jaxsched.evaluate --config configs/drr_32.toml --per-job
+    python -m jaxsched.evaluate --sweep load --loads 0.5,0.7,0.9,1.1
     python -m jaxsched.evaluate --set workload.source=openb \\
         --set workload.trace=../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv
     python -m jaxsched.evaluate --list                           # the registered schedulers
@@ -16,7 +28,10 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -31,7 +46,7 @@ from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import policies, report
 from jaxsched.errors import DataError
-from jaxsched.rollout import rollout
+from jaxsched.rollout import rollout, rollout_timeline
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, to_device
 from jaxsched.workload import alibaba, classes, synthetic
@@ -86,55 +101,223 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
     raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")
 
 
+DEFAULT_SWEEP_LOADS = (0.5, 0.7, 0.9, 1.1)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_rollout(env: ClusterEnv, policy, max_steps: int):
+    """Jitted rollout -> (metrics, the final-state fields of ``report.RECORD_FIELDS``).
+
+    Cached, so a sweep (or a second evaluation in one process) compiles once per scheduler.
+    """
+    def run(params, jobs, keys):
+        state, metrics = rollout(env, policy, None, params, jobs, keys, max_steps)
+        records = {f: getattr(state, f) if hasattr(state, f) else getattr(state.core, f)
+                   for f in report.RECORD_FIELDS}
+        return metrics, records
+    return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_timeline(env: ClusterEnv, policy, num_steps: int):
+    return jax.jit(lambda p, j, k: rollout_timeline(env, policy, None, p, j, k, num_steps)[1])
+
+
 def run_scheduler(name: str, config: cfg_lib.Config, params: EnvParams, jobs, env_keys,
-                  max_steps: int, progress=None) -> pd.DataFrame:
-    """Per-episode metrics of one registered scheduler over all episodes (batched)."""
+                  max_steps: int, progress=None):
+    """One registered scheduler over all episodes (batched).
+
+    Returns (per-episode metrics frame, records): records holds ``report.RECORD_FIELDS`` of
+    the final states as host arrays with a leading [E] axis (for the per-job schedule).
+    """
     sched = policies.get(name)
     env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
-    run = jax.jit(lambda p, j, k: rollout(env, sched.policy, None, p, j, k, max_steps)[1])
+    run = _compiled_rollout(env, sched.policy, max_steps)
     episodes, batch = config.eval.episodes, config.eval.batch_size
-    frames = []
+    frames, records = [], []
     for lo in range(0, episodes, batch):
         hi = min(lo + batch, episodes)
         chunk = jax.tree.map(lambda x: x[lo:hi], jobs)
-        metrics = jax.device_get(run(params, chunk, env_keys[lo:hi]))
+        metrics, recs = jax.device_get(run(params, chunk, env_keys[lo:hi]))
         frame = pd.DataFrame({k: np.asarray(v) for k, v in metrics.items()})
         frame.insert(0, "episode", np.arange(lo, hi))
         frames.append(frame)
+        records.append(recs)
         if progress is not None:
             progress.update(hi - lo)
     out = pd.concat(frames, ignore_index=True)
     out.insert(0, "scheduler", name)
-    return out
+    return out, {k: np.concatenate([r[k] for r in records]) for k in report.RECORD_FIELDS}
 
 
-def evaluate(config: cfg_lib.Config, show_progress: bool = True):
-    """Run every configured scheduler; returns (per-episode frame, summary frame, info)."""
-    nodes = build_nodes(config)
+def run_timeline(name: str, config: cfg_lib.Config, params: EnvParams, jobs, env_keys,
+                 num_steps: int) -> pd.DataFrame:
+    """The cluster after each of ``num_steps`` decisions of the given (few) episodes.
+
+    Columns: scheduler, episode, step, time_s, alloc_milli, frag_milli, queue_len, done;
+    rows after an episode's end are left out (its last row has done = True).
+    """
+    sched = policies.get(name)
+    env = ClusterEnv(sched.env_config(config.env))
+    rec = jax.device_get(_compiled_timeline(env, sched.policy, num_steps)(params, jobs, env_keys))
+    done = np.asarray(rec["done"])
+    # Keep steps up to and including the first done one.
+    keep = np.cumsum(np.cumsum(done, axis=1), axis=1) <= 1
+    eps, steps = np.nonzero(keep)
+    frame = pd.DataFrame({k: np.asarray(v)[eps, steps] for k, v in rec.items()})
+    frame.insert(0, "step", steps)
+    frame.insert(0, "episode", eps)
+    frame.insert(0, "scheduler", name)
+    return frame
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """What ``evaluate`` returns. schedule: the per-job frame (None unless eval.per_job or
+    eval.plots); timeline: None unless plots are on and eval.timeline_episodes > 0."""
+
+    per_episode: pd.DataFrame
+    summary: pd.DataFrame
+    info: dict
+    schedule: pd.DataFrame | None = None
+    timeline: pd.DataFrame | None = None
+
+
+def _setup(config: cfg_lib.Config, nodes: cl.NodeTable):
+    """Workload, env params, step cap and episode keys of one run of ``config``."""
     jobs, frag, info = build_workload(config, nodes)
     params = to_device(EnvParams(cl.to_cluster(nodes), frag))
     max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
     env_keys = episode_keys(config.eval.seed, config.eval.episodes, stream=1)
+    return jobs, params, max_steps, env_keys, info
+
+
+def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
+    """Run every configured scheduler on the same episodes (see the module doc)."""
+    nodes = build_nodes(config)
+    jobs, params, max_steps, env_keys, info = _setup(config, nodes)
+    host_jobs = jax.device_get(jobs)
+    rho = report.offered_load(host_jobs, nodes.total_gpus)
+    static = config.env.mode == "static"
+    want_schedule = config.eval.per_job or config.eval.plots
+    n_timeline = min(config.eval.timeline_episodes, config.eval.episodes) if config.eval.plots else 0
     total = config.eval.episodes * len(config.eval.schedulers)
-    frames, timings = [], {}
+    frames, schedules, timelines, timings = [], [], [], {}
     with tqdm(total=total, desc="episodes", unit="ep", disable=not show_progress) as bar:
         for name in config.eval.schedulers:
             start = time.perf_counter()
-            frames.append(run_scheduler(name, config, params, jobs, env_keys, max_steps, bar))
+            frame, records = run_scheduler(name, config, params, jobs, env_keys, max_steps, bar)
+            frame["offered_load"] = rho
+            frames.append(frame)
             timings[name] = round(time.perf_counter() - start, 3)
+            if want_schedule:
+                schedules.append(report.schedule_frame(name, host_jobs, records, static))
+            if n_timeline > 0:
+                num_steps = max(int(frame["decisions"][:n_timeline].max()), 1)
+                few = jax.tree.map(lambda x: x[:n_timeline], jobs)
+                timelines.append(run_timeline(name, config, params, few, env_keys[:n_timeline],
+                                              num_steps))
     per_episode = pd.concat(frames, ignore_index=True)
     info.update(nodes=len(nodes), gpus=nodes.total_gpus, episodes=config.eval.episodes,
                 max_steps=max_steps, seconds_per_scheduler=timings)
-    return per_episode, report.summarize(per_episode), info
+    return Evaluation(per_episode, report.summarize(per_episode), info,
+                      pd.concat(schedules, ignore_index=True) if schedules else None,
+                      pd.concat(timelines, ignore_index=True) if timelines else None)
 
 
-def write_outputs(out_dir: Path, config, per_episode, summary, info) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    per_episode.to_csv(out_dir / "per_episode.csv", index=False)
-    summary.to_csv(out_dir / "summary.csv", index=False)
-    (out_dir / "summary.md").write_text(report.markdown_table(summary))
+def with_load(config: cfg_lib.Config, load: float) -> cfg_lib.Config:
+    """``config`` with the workload's offered load set to ``load`` (synthetic: its
+    target_load; openb: the load the trace windows are compressed to)."""
+    w = config.workload
+    if w.source == "synthetic":
+        w = dataclasses.replace(w, synthetic=w.synthetic.replace(target_load=float(load)))
+    else:
+        w = dataclasses.replace(w, target_load=float(load))
+    return dataclasses.replace(config, workload=w)
+
+
+def check_loads(loads) -> tuple:
+    """The sweep's loads as floats; a ``DataError`` naming eval.sweep_loads if one is bad."""
+    out = []
+    for x in loads:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:
+            raise DataError("config", None, "eval.sweep_loads",
+                            f"loads must be finite numbers > 0, got {x!r}")
+        out.append(float(x))
+    return tuple(out)
+
+
+def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
+    """Every scheduler at every load of ``eval.sweep_loads``, on the same episode keys.
+
+    Returns (per-episode frame with a ``load`` column, summary per (scheduler, load), info).
+    """
+    loads = check_loads(config.eval.sweep_loads)
+    nodes = build_nodes(config)
+    total = config.eval.episodes * len(config.eval.schedulers) * len(loads)
+    frames, infos = [], {}
+    with tqdm(total=total, desc="sweep", unit="ep", disable=not show_progress) as bar:
+        for load in loads:
+            c = with_load(config, load)
+            jobs, params, max_steps, env_keys, info = _setup(c, nodes)
+            rho = report.offered_load(jax.device_get(jobs), nodes.total_gpus)
+            for name in config.eval.schedulers:
+                frame, _ = run_scheduler(name, c, params, jobs, env_keys, max_steps, bar)
+                frame.insert(1, "load", load)
+                frame["offered_load"] = rho
+                frames.append(frame)
+            infos[str(load)] = info
+    per_episode = pd.concat(frames, ignore_index=True)
+    info = {"source": config.workload.source, "loads": list(loads), "nodes": len(nodes),
+            "gpus": nodes.total_gpus, "episodes": config.eval.episodes, "per_load": infos}
+    return per_episode, report.summarize(per_episode, by=["scheduler", "load"]), info
+
+
+def _write_config(out_dir: Path, config, info) -> None:
     (out_dir / "config.json").write_text(json.dumps(
         {"config": cfg_lib.to_dict(config), "info": info}, indent=2, default=str))
+
+
+def write_outputs(out_dir: Path, config, result: Evaluation) -> list:
+    """Write the CSVs, tables, config and plots of an evaluation; returns the file names."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.per_episode.to_csv(out_dir / "per_episode.csv", index=False)
+    result.summary.to_csv(out_dir / "summary.csv", index=False)
+    (out_dir / "summary.md").write_text(report.markdown_table(result.summary))
+    _write_config(out_dir, config, result.info)
+    written = ["per_episode.csv", "summary.csv", "summary.md", "config.json"]
+    if config.eval.per_job and result.schedule is not None:
+        result.schedule.to_csv(out_dir / "per_job.csv", index=False)
+        written.append("per_job.csv")
+    if result.timeline is not None:
+        result.timeline.to_csv(out_dir / "timeline.csv", index=False)
+        written.append("timeline.csv")
+    if config.eval.plots:
+        from jaxsched import plots  # matplotlib only when plotting
+
+        total_milli = result.info["gpus"] * 1000
+        made = [plots.jct_cdf(result.schedule, out_dir / "jct_cdf.png"),
+                plots.queue_delay_cdf(result.schedule, out_dir / "queue_delay.png"),
+                plots.metric_bars(result.summary, report.HEADLINE, out_dir / "metrics.png")]
+        if result.timeline is not None:
+            made.append(plots.timeline(result.timeline, total_milli, out_dir / "timeline.png"))
+        written += [p.name for p in made if p is not None]
+    return written
+
+
+def write_sweep(out_dir: Path, config, per_episode, summary, info) -> list:
+    """Write sweep.csv, sweep_per_episode.csv, config.json and (plots on) sweep.png."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary.to_csv(out_dir / "sweep.csv", index=False)
+    per_episode.to_csv(out_dir / "sweep_per_episode.csv", index=False)
+    _write_config(out_dir, config, info)
+    written = ["sweep.csv", "sweep_per_episode.csv", "config.json"]
+    if config.eval.plots:
+        from jaxsched import plots
+
+        if plots.sweep(summary, report.HEADLINE, out_dir / "sweep.png") is not None:
+            written.append("sweep.png")
+    return written
 
 
 def main(argv=None) -> int:
@@ -146,6 +329,14 @@ def main(argv=None) -> int:
     parser.add_argument("--schedulers", help="comma-separated registry names")
     parser.add_argument("--episodes", type=int)
     parser.add_argument("--out", help="output folder (eval.out_dir)")
+    parser.add_argument("--per-job", action="store_true",
+                        help="also write per_job.csv, the complete schedule (eval.per_job)")
+    parser.add_argument("--no-plots", action="store_true", help="no PNG plots (eval.plots=false)")
+    parser.add_argument("--sweep", choices=["load"],
+                        help="run every scheduler at each offered load (see --loads)")
+    parser.add_argument("--loads", metavar="RHO,RHO,...",
+                        help="offered loads of the sweep (eval.sweep_loads; default "
+                             + ",".join(map(str, DEFAULT_SWEEP_LOADS)) + ")")
     parser.add_argument("--list", action="store_true", help="list the schedulers and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
@@ -160,20 +351,42 @@ def main(argv=None) -> int:
         overrides.append(f"eval.episodes={args.episodes}")
     if args.out:
         overrides.append(f"eval.out_dir={json.dumps(args.out)}")
+    if args.per_job:
+        overrides.append("eval.per_job=true")
+    if args.no_plots:
+        overrides.append("eval.plots=false")
     try:
+        if args.loads is not None:
+            try:
+                loads = [float(x) for x in args.loads.split(",")]
+            except ValueError:
+                raise DataError("--loads", None, "eval.sweep_loads",
+                                f"expected numbers separated by commas, got {args.loads!r}") from None
+            overrides.append(f"eval.sweep_loads={json.dumps(loads)}")
+        elif args.sweep == "load":
+            overrides.append(f"eval.sweep_loads={json.dumps(list(DEFAULT_SWEEP_LOADS))}")
         config = cfg_lib.load(args.config, overrides)
         for name in config.eval.schedulers:
             policies.get(name)
-        per_episode, summary, info = evaluate(config, show_progress=not args.quiet)
+        out_dir = Path(config.eval.out_dir)
+        if config.eval.sweep_loads:
+            per_episode, summary, info = sweep_load(config, show_progress=not args.quiet)
+            written = write_sweep(out_dir, config, per_episode, summary, info)
+            print(f"{info['episodes']} episodes x {len(config.eval.schedulers)} schedulers x "
+                  f"{len(info['loads'])} loads on {info['nodes']} nodes ({info['gpus']} GPUs), "
+                  f"workload: {info['source']}")
+            print(report.markdown_table(summary, by=["scheduler", "load"]))
+        else:
+            result = evaluate(config, show_progress=not args.quiet)
+            written = write_outputs(out_dir, config, result)
+            info = result.info
+            print(f"{info['episodes']} episodes x {len(config.eval.schedulers)} schedulers on "
+                  f"{info['nodes']} nodes ({info['gpus']} GPUs), workload: {info['source']}")
+            print(report.markdown_table(result.summary))
     except (DataError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out_dir = Path(config.eval.out_dir)
-    write_outputs(out_dir, config, per_episode, summary, info)
-    print(f"{info['episodes']} episodes x {len(config.eval.schedulers)} schedulers on "
-          f"{info['nodes']} nodes ({info['gpus']} GPUs), workload: {info['source']}")
-    print(report.markdown_table(summary))
-    print(f"wrote {out_dir}/per_episode.csv, summary.csv, summary.md, config.json")
+    print(f"wrote {out_dir}/" + ", ".join(written))
     return 0
 
 

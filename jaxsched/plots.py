@@ -1,0 +1,171 @@
+"""Plots of an evaluation: PNG files from the frames ``evaluate`` writes (matplotlib, Agg).
+
+Each function takes frames (the per-job schedule, the timeline, a summary) and a path,
+draws one figure and returns the path, or None when there is nothing to draw (e.g. no job
+finished). Figures are built with ``matplotlib.figure.Figure`` directly, not ``pyplot``, so
+nothing global (the backend, open figures) changes and it works without a display.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+DPI = 100
+MAX_CURVE_POINTS = 2000  # a CDF is drawn through this many quantiles (keeps files small)
+
+# Short axis labels of the headline metrics (others are labelled by their column name).
+LABELS = {
+    "jct_mean": "mean JCT (s)", "jct_p95": "p95 JCT (s)", "queue_delay_mean": "mean queueing delay (s)",
+    "slowdown_mean": "mean bounded slowdown", "makespan_s": "makespan (s)",
+    "gpu_alloc": "GPU allocation", "frag_rate": "fragmentation rate", "finished": "jobs finished",
+    "failed": "jobs failed", "dropped_overflow": "jobs dropped", "unfinished": "jobs unfinished",
+}
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path) -> Path:
+    path = Path(path)
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _ecdf(values: np.ndarray):
+    """(x, y) of the empirical CDF through at most MAX_CURVE_POINTS quantiles."""
+    y = np.linspace(0.0, 1.0, min(len(values), MAX_CURVE_POINTS))
+    return np.quantile(values, y), y
+
+
+def _finished(schedule: pd.DataFrame) -> pd.DataFrame:
+    done = schedule[(schedule["outcome"] == "placed") & schedule["end_s"].notna()]
+    return done
+
+
+def jct_cdf(schedule: pd.DataFrame, path) -> Path | None:
+    """CDF of job completion time (end - arrival) of finished jobs, one curve per scheduler."""
+    done = _finished(schedule)
+    if done.empty:
+        return None
+    fig = _figure(6, 4)
+    ax = fig.add_subplot()
+    for name, group in done.groupby("scheduler", sort=False):
+        jct = (group["end_s"] - group["arrival_s"]).to_numpy(np.float64)
+        x, y = _ecdf(np.maximum(jct, 1e-3))
+        ax.plot(x, y, label=f"{name} (mean {jct.mean():,.0f} s)")
+    ax.set_xscale("log")
+    ax.set(xlabel="job completion time (s)", ylabel="fraction of finished jobs",
+           title="JCT CDF (all episodes)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def queue_delay_cdf(schedule: pd.DataFrame, path) -> Path | None:
+    """CDF of queueing delay (start - arrival) of finished jobs (symlog axis: many are 0)."""
+    done = _finished(schedule)
+    if done.empty:
+        return None
+    fig = _figure(6, 4)
+    ax = fig.add_subplot()
+    for name, group in done.groupby("scheduler", sort=False):
+        delay = (group["start_s"] - group["arrival_s"]).to_numpy(np.float64)
+        x, y = _ecdf(delay)
+        ax.plot(x, y, label=f"{name} (mean {delay.mean():,.1f} s, {np.mean(delay > 0):.0%} wait)")
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlim(left=0)
+    # Most jobs often start at once: zoom the y axis onto the part of the CDF that waits.
+    started_at_once = done.groupby("scheduler")["start_s"].apply(
+        lambda s: np.mean(s.to_numpy() <= done.loc[s.index, "arrival_s"].to_numpy())).min()
+    ax.set_ylim(max(0.0, started_at_once - 0.05), 1.005)
+    ax.set(xlabel="queueing delay (s)", ylabel="fraction of finished jobs",
+           title="Queueing delay CDF (all episodes)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def timeline(frame: pd.DataFrame, total_milli: int, path) -> Path | None:
+    """GPU allocation, fragmentation (% of cluster GPUs) and queue length at each decision.
+
+    ``frame``: the timeline (scheduler, episode, time_s, alloc_milli, frag_milli, queue_len,
+    done); every scheduler's first recorded episode is drawn. Only decision points are
+    recorded: after the last one the env runs the remaining completions in one step, so the
+    drain to the episode's end (the done row) is left out rather than drawn as a flat line.
+    """
+    frame = frame[~frame["done"].astype(bool)]
+    if frame.empty:
+        return None
+    fig = _figure(8, 7)
+    axes = fig.subplots(3, 1, sharex=True)
+    for name, group in frame.groupby("scheduler", sort=False):
+        ep = group[group["episode"] == group["episode"].iloc[0]]
+        hours = (ep["time_s"].to_numpy() - ep["time_s"].iloc[0]) / 3600.0
+        for ax, values in zip(axes, (ep["alloc_milli"] / total_milli * 100,
+                                     ep["frag_milli"] / total_milli * 100, ep["queue_len"])):
+            ax.plot(hours, values.to_numpy(), label=name, linewidth=0.8)
+    first = int(frame["episode"].iloc[0])
+    axes[0].set(ylabel="GPU allocated (%)", title=f"Cluster at each decision (episode {first}; drain after the last one not shown)")
+    axes[1].set(ylabel="fragmentation (% GPUs)")
+    axes[2].set(ylabel="queued jobs", xlabel="hours since the first arrival")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    return _save(fig, path)
+
+
+def metric_bars(summary: pd.DataFrame, metrics, path, by: str = "scheduler") -> Path | None:
+    """One bar chart per metric (mean over episodes, 95% CI error bars), in a grid."""
+    metrics = [m for m in metrics if m in summary.columns]
+    if not metrics or summary.empty:
+        return None
+    cols = min(4, len(metrics))
+    rows = -(-len(metrics) // cols)
+    fig = _figure(3.2 * cols, 2.6 * rows)
+    axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    names = summary[by].astype(str).tolist()
+    colors = [f"C{i}" for i in range(len(names))]
+    for ax, m in zip(axes, metrics):
+        ax.bar(names, summary[m], yerr=summary[f"{m}_ci95"], color=colors, capsize=3)
+        ax.set_title(LABELS.get(m, m), fontsize=9)
+        ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in axes[len(metrics):]:
+        ax.set_visible(False)
+    return _save(fig, path)
+
+
+def sweep(summary: pd.DataFrame, metrics, path) -> Path | None:
+    """Each metric against offered load (mean, 95% CI error bars), one line per scheduler.
+
+    ``summary``: the sweep summary (columns scheduler, load, <metric>, <metric>_ci95).
+    """
+    metrics = [m for m in metrics if m in summary.columns]
+    if not metrics or summary.empty:
+        return None
+    cols = min(4, len(metrics))
+    rows = -(-len(metrics) // cols)
+    fig = _figure(3.2 * cols, 2.6 * rows)
+    axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    for ax, m in zip(axes, metrics):
+        for name, group in summary.groupby("scheduler", sort=False):
+            group = group.sort_values("load")
+            ax.errorbar(group["load"], group[m], yerr=group[f"{m}_ci95"], marker="o",
+                        markersize=3, capsize=2, label=name)
+        ax.set_title(LABELS.get(m, m), fontsize=9)
+        ax.set_xlabel("offered load ρ", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    for ax in axes[len(metrics):]:
+        ax.set_visible(False)
+    return _save(fig, path)

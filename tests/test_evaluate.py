@@ -1,0 +1,234 @@
+"""The evaluation CLI, its outputs (CSVs, tables, plots, sweep) and ``rollout_timeline``.
+
+Everything runs on tiny clusters and episodes (``--set``), in-process (``evaluate.main``),
+so compiled rollouts are shared between tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from jaxsched import cluster as cl
+from jaxsched import evaluate, report
+from jaxsched.rollout import rollout, rollout_timeline
+from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched.types import EnvParams, to_device
+from jaxsched.workload import classes, synthetic
+
+NODES = 4
+# A small, stressed run: model-constrained jobs for models the 4-node preset lacks fail and
+# a short queue overflows (dropped). (Rejected and unfinished jobs: see the outcome test.)
+# The sweep test runs the same shapes, so it reuses the compiled rollouts.
+TINY = [
+    f"cluster.preset_nodes={NODES}",
+    "workload.synthetic.num_jobs=80",
+    "workload.synthetic.mean_interarrival_s=20.0",
+    "workload.synthetic.target_load=1.5",
+    "workload.synthetic.model_constraint_prob=0.2",
+    "env.window=4",
+    "env.queue_capacity=6",
+    "env.running_capacity=64",
+    "eval.episodes=4",
+    "eval.batch_size=4",
+]
+SCHEDULERS = "first-fit,best-fit"
+
+
+def run_cli(*args) -> int:
+    return evaluate.main([*args, "--quiet"])
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval")
+    sets = [x for s in TINY for x in ("--set", s)]
+    assert run_cli(*sets, "--schedulers", SCHEDULERS, "--per-job", "--out", str(out)) == 0
+    return out
+
+
+def test_cli_writes_every_output_file(cli_run):
+    for name in ("per_episode.csv", "summary.csv", "summary.md", "config.json", "per_job.csv",
+                 "timeline.csv"):
+        assert (cli_run / name).stat().st_size > 0, name
+    for name in ("jct_cdf.png", "queue_delay.png", "metrics.png", "timeline.png"):
+        data = (cli_run / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert 1_000 < len(data) < 200_000, (name, len(data))
+    summary = pd.read_csv(cli_run / "summary.csv")
+    assert summary["scheduler"].tolist() == SCHEDULERS.split(",")
+    md = (cli_run / "summary.md").read_text()
+    assert "first-fit" in md and "best-fit" in md and "±" in md
+
+
+def test_per_job_csv_is_a_complete_schedule_matching_the_metrics(cli_run):
+    jobs = pd.read_csv(cli_run / "per_job.csv")
+    eps = pd.read_csv(cli_run / "per_episode.csv")
+    assert list(jobs.columns) == ["scheduler", "episode", "job", "arrival_s", "work_s", "num_gpu",
+                                  "gpu_milli", "cpu_milli", "mem_mib", "outcome", "node",
+                                  "gpu_bits", "start_s", "end_s"]
+    counts = (jobs.groupby(["scheduler", "episode"])["outcome"].value_counts()
+              .unstack(fill_value=0).reindex(columns=list(report.OUTCOMES), fill_value=0))
+    metrics = eps.set_index(["scheduler", "episode"]).loc[counts.index]
+    for outcome, metric in (("placed", "finished"), ("rejected", "rejected"), ("failed", "failed"),
+                            ("dropped", "dropped_overflow"), ("unfinished", "unfinished")):
+        np.testing.assert_array_equal(counts[outcome], metrics[metric], err_msg=outcome)
+    np.testing.assert_array_equal(jobs.groupby(["scheduler", "episode"]).size(), eps["jobs_total"])
+    # The run exercises the derived outcomes (not just placed).
+    assert (eps["failed"] > 0).any() and (eps["dropped_overflow"] > 0).any()
+    assert (eps["finished"] > 0).all()
+
+    started = jobs["start_s"].notna()
+    assert ((jobs["node"] >= 0) == started).all()
+    assert (jobs.loc[started, "start_s"] >= jobs.loc[started, "arrival_s"]).all()
+    assert (jobs.loc[started, "end_s"] >= jobs.loc[started, "start_s"]).all()
+    assert jobs.loc[jobs["outcome"] == "placed", "start_s"].notna().all()
+    # Each started GPU job holds num_gpu GPUs; CPU-only jobs hold none.
+    gpus = jobs.loc[started, "gpu_bits"].map(lambda b: bin(int(b)).count("1"))
+    np.testing.assert_array_equal(gpus, jobs.loc[started, "num_gpu"])
+    # Mean JCT of the placed rows is the per-episode metric.
+    placed = jobs[jobs["outcome"] == "placed"].assign(jct=lambda f: f["end_s"] - f["arrival_s"])
+    jct = placed.groupby(["scheduler", "episode"])["jct"].mean()
+    np.testing.assert_allclose(jct.to_numpy(), eps.set_index(["scheduler", "episode"])
+                               .loc[jct.index, "jct_mean"], rtol=1e-4)
+
+
+def test_per_job_schedule_never_overcommits_a_gpu(cli_run):
+    jobs = pd.read_csv(cli_run / "per_job.csv")
+    started = jobs[jobs["start_s"].notna()]
+    num_gpus = cl.preset(NODES).num_gpus
+    checked = 0
+    for _, ep in started.groupby(["scheduler", "episode"]):
+        for t in ep["start_s"].unique():
+            live = ep[(ep["start_s"] <= t) & (ep["end_s"] > t)]
+            held = np.zeros((NODES, int(num_gpus.max())), np.int64)
+            for node, bits, milli in zip(live["node"], live["gpu_bits"], live["gpu_milli"]):
+                held[node] += np.asarray([(int(bits) >> g) & 1 for g in range(held.shape[1])]) * milli
+            assert held.max() <= 1000
+            assert all(held[n, num_gpus[n]:].sum() == 0 for n in range(NODES))
+            checked += 1
+    assert checked > 0
+
+
+def test_summary_ci95_is_normal_approximation_of_the_mean():
+    frame = pd.DataFrame({"scheduler": ["a"] * 4 + ["b"], "episode": [0, 1, 2, 3, 0],
+                          "jct_mean": [1.0, 2.0, 3.0, 4.0, 7.0]})
+    summary = report.summarize(frame).set_index("scheduler")
+    assert summary.loc["a", "episodes"] == 4
+    assert summary.loc["a", "jct_mean"] == pytest.approx(2.5)
+    # sample std (ddof=1) of 1..4 is sqrt(5/3); half-width 1.96 * std / sqrt(4)
+    assert summary.loc["a", "jct_mean_ci95"] == pytest.approx(1.96 * math.sqrt(5 / 3) / 2)
+    assert summary.loc["b", "jct_mean"] == 7.0 and summary.loc["b", "jct_mean_ci95"] == 0.0
+    by_two = report.summarize(frame.assign(load=[0.5, 0.5, 0.9, 0.9, 0.5]), by=["scheduler", "load"])
+    assert by_two[["scheduler", "load", "episodes"]].values.tolist() == [
+        ["a", 0.5, 2], ["a", 0.9, 2], ["b", 0.5, 1]]
+    assert by_two["jct_mean_ci95"].iloc[0] == pytest.approx(1.96 * math.sqrt(0.5) / math.sqrt(2))
+
+
+def test_load_sweep_writes_one_row_per_scheduler_and_load(tmp_path):
+    args = [x for s in TINY for x in ("--set", s)]
+    assert run_cli(*args, "--schedulers", SCHEDULERS, "--sweep", "load", "--loads", "0.3,1.2",
+                   "--out", str(tmp_path)) == 0
+    sweep = pd.read_csv(tmp_path / "sweep.csv")
+    assert sorted(zip(sweep["scheduler"], sweep["load"])) == sorted(
+        (s, load) for s in SCHEDULERS.split(",") for load in (0.3, 1.2))
+    assert (sweep["episodes"] == 4).all()
+    for m in ("gpu_alloc", "jct_mean", "frag_rate", "offered_load"):
+        assert m in sweep and f"{m}_ci95" in sweep
+    ff = sweep[sweep["scheduler"] == "first-fit"].set_index("load")
+    assert ff.loc[1.2, "gpu_alloc"] > ff.loc[0.3, "gpu_alloc"]
+    assert ff.loc[1.2, "offered_load"] > ff.loc[0.3, "offered_load"]
+    assert (tmp_path / "sweep.png").stat().st_size < 200_000
+    assert len(pd.read_csv(tmp_path / "sweep_per_episode.csv")) == 2 * 2 * 4
+
+
+def test_unknown_set_key_exits_2_naming_the_key(tmp_path, capsys):
+    assert run_cli("--set", "eval.no_such_key=3", "--out", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "eval.no_such_key" in err and "unknown key" in err
+    assert not (tmp_path / "summary.csv").exists()
+
+
+def test_bad_sweep_load_exits_2_naming_the_key(tmp_path, capsys):
+    assert run_cli("--loads", "0.5,-1", "--out", str(tmp_path)) == 2
+    assert "eval.sweep_loads" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- outcomes, timeline
+
+def random_legal(params, obs, key):
+    """Uniform over legal actions: places, rejects and waits (every outcome can happen)."""
+    del params
+    return jax.random.categorical(key, jnp.where(obs.action_mask, 0.0, -jnp.inf))
+
+
+ENV = ClusterEnv(EnvConfig(window=3, queue_capacity=5, running_capacity=16))
+# The step cap is traced, not static: every cap shares one compilation.
+run_rollout = jax.jit(lambda p, j, k, cap: rollout(ENV, random_legal, None, p, j, k, cap))
+
+
+@functools.lru_cache(maxsize=None)
+def small_batch(num_eps=6, num_jobs=40):
+    nodes = cl.preset(NODES)
+    syn = synthetic.SyntheticConfig(num_jobs=num_jobs, mean_interarrival_s=15.0, target_load=1.5,
+                                    cluster_gpus=nodes.total_gpus, model_constraint_prob=0.2)
+    keys = evaluate.episode_keys(3, num_eps, stream=1)
+    jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
+    frag = classes.target_workload([4000, 4000], [1000, 500], [1, 1], ["", ""])  # cpu, gpu, num
+    return to_device(EnvParams(cl.to_cluster(nodes), frag)), jobs, keys
+
+
+@pytest.mark.parametrize("max_steps", [15, 400])
+def test_job_outcomes_count_exactly_the_metrics(max_steps):
+    params, jobs, keys = small_batch()
+    state, metrics = run_rollout(params, jobs, keys, max_steps)
+    records = {f: getattr(state, f) if hasattr(state, f) else getattr(state.core, f)
+               for f in report.RECORD_FIELDS}
+    code = report.job_outcomes(jax.device_get(records), np.asarray(jobs.valid), static=False)
+    for i, (name, metric) in enumerate(zip(report.OUTCOMES, ("finished", "rejected", "failed",
+                                                             "dropped_overflow", "unfinished"))):
+        np.testing.assert_array_equal((code == i).sum(-1), np.asarray(metrics[metric]), err_msg=name)
+    if max_steps == 400:
+        assert np.asarray(metrics["done"]).all()
+        for metric in ("rejected", "failed", "dropped_overflow"):
+            assert np.asarray(metrics[metric]).sum() > 0, metric
+    else:
+        assert np.asarray(metrics["unfinished"]).sum() > 0
+
+
+def test_rollout_timeline_ends_in_the_final_state_of_rollout():
+    params, jobs, keys = small_batch()
+    state, metrics = run_rollout(params, jobs, keys, 400)
+    num_steps = int(np.asarray(metrics["decisions"]).max()) + 3
+    t_state, tl = jax.jit(lambda p, j, k: rollout_timeline(ENV, random_legal, None, p, j, k,
+                                                           num_steps))(params, jobs, keys)
+    assert np.asarray(metrics["done"]).all()
+    for a, b in ((state.core.time_s, t_state.core.time_s), (state.core.free_milli, t_state.core.free_milli),
+                 (state.core.free_cpu, t_state.core.free_cpu), (state.core.free_mem, t_state.core.free_mem),
+                 (state.outcome, t_state.outcome), (state.start_s, t_state.start_s)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert tl["time_s"].shape == (len(keys), num_steps)
+    np.testing.assert_array_equal(tl["time_s"][:, -1], t_state.core.time_s)
+    assert np.all(np.diff(np.asarray(tl["time_s"]), axis=1) >= 0)
+    assert np.asarray(tl["done"])[:, -1].all()
+    # Until its last decision an episode is not done: done turns on at step decisions - 1.
+    first_done = np.argmax(np.asarray(tl["done"]), axis=1)
+    np.testing.assert_array_equal(first_done, np.asarray(metrics["decisions"]) - 1)
+    # A record is the state after that step: rollout capped at `mid` steps ends where
+    # the timeline's record mid - 1 is.
+    mid = num_steps // 3
+    capped, _ = run_rollout(params, jobs, keys, mid)
+    total = int(np.asarray(params.cluster.gpu_exists).sum()) * 1000
+    np.testing.assert_array_equal(tl["time_s"][:, mid - 1], capped.core.time_s)
+    np.testing.assert_array_equal(tl["alloc_milli"][:, mid - 1],
+                                  total - np.asarray(capped.core.free_milli).sum((1, 2)))
+    np.testing.assert_allclose(tl["frag_milli"][:, mid - 1],
+                               np.asarray(capped.core.frag_node).sum(-1), rtol=1e-5)
+    np.testing.assert_array_equal(tl["queue_len"][:, mid - 1], capped.core.queue_len)
+    assert (np.asarray(tl["alloc_milli"])[:, mid - 1] > 0).any()
