@@ -46,7 +46,7 @@ from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import policies, report
 from jaxsched.errors import DataError
-from jaxsched.rollout import rollout, rollout_timeline
+from jaxsched.rollout import rollout_timeline, sharded_rollout
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, to_device
 from jaxsched.workload import alibaba, classes, synthetic
@@ -109,9 +109,10 @@ def _compiled_rollout(env: ClusterEnv, policy, max_steps: int):
     """Jitted rollout -> (metrics, the final-state fields of ``report.RECORD_FIELDS``).
 
     Cached, so a sweep (or a second evaluation in one process) compiles once per scheduler.
+    With several local devices the episodes are split across them (``sharded_rollout``).
     """
     def run(params, jobs, keys):
-        state, metrics = rollout(env, policy, None, params, jobs, keys, max_steps)
+        state, metrics = sharded_rollout(env, policy, None, params, jobs, keys, max_steps)
         records = {f: getattr(state, f) if hasattr(state, f) else getattr(state.core, f)
                    for f in report.RECORD_FIELDS}
         return metrics, records
