@@ -1,0 +1,57 @@
+"""Orbax checkpoints of a whole training runner (params, optimiser, replay, envs, RNG key).
+
+The runner is saved as a flat dict of its leaves (typed PRNG keys as their raw key data) and
+restored into the structure of a freshly initialised runner, so any pytree (NNX state,
+flashbax buffer, env state) round-trips without orbax knowing its node types.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_dict(tree) -> dict:
+    leaves = jax.tree.leaves(tree)
+    return {f"leaf_{i:05d}": np.asarray(jax.random.key_data(x) if _is_key(x) else x)
+            for i, x in enumerate(leaves)}
+
+
+def _from_dict(data: dict, like):
+    leaves, treedef = jax.tree.flatten(like)
+    out = []
+    for i, ref in enumerate(leaves):
+        value = jnp.asarray(data[f"leaf_{i:05d}"])
+        out.append(jax.random.wrap_key_data(value, impl=jax.random.key_impl(ref))
+                   if _is_key(ref) else value.astype(ref.dtype))
+    return jax.tree.unflatten(treedef, out)
+
+
+def manager(directory: str | Path, max_to_keep: int = 2) -> ocp.CheckpointManager:
+    """A checkpoint manager over ``directory`` (created if missing), keeping the last few."""
+    return ocp.CheckpointManager(Path(directory).absolute(),
+                                 options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep))
+
+
+def save(mgr: ocp.CheckpointManager, step: int, runner) -> None:
+    """Save ``runner`` as checkpoint ``step`` and wait until it is on disk."""
+    mgr.save(step, args=ocp.args.StandardSave(_to_dict(runner)))
+    mgr.wait_until_finished()
+
+
+def restore(mgr: ocp.CheckpointManager, like, step: int | None = None):
+    """(step, runner) of checkpoint ``step`` (default: the latest), shaped like ``like``;
+    (None, None) when there is none."""
+    step = mgr.latest_step() if step is None else step
+    if step is None:
+        return None, None
+    data = mgr.restore(step, args=ocp.args.StandardRestore(_to_dict(like)))
+    return step, _from_dict(data, like)

@@ -1,0 +1,170 @@
+"""Double DQN on the env's flat action space: Q network, masked greedy / epsilon-greedy
+action choice, the Double-DQN target and the Huber TD loss.
+
+The Q network scores every flat action of ``sim.env`` (K*N place + K reject + 1 wait):
+  place (k, n)  MLP(edge embedding, job k embedding, node n embedding)   [K*N]
+  reject k      MLP(job k embedding)                                     [K]
+  wait          MLP(mean of node embeddings, mean of job embeddings)     [1]
+Illegal actions (``obs.action_mask`` False, and reject / wait when the agent config turns
+them off) get -inf before any argmax, so they are never chosen, greedy or exploring.
+
+Models are Flax NNX modules, split once into (graphdef, params); every pure function here
+takes ``params`` and merges them with the graphdef inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from jaxsched.agents import gnn
+from jaxsched.types import Observation
+
+NEG_INF = -1e9  # "minus infinity" that stays finite under arithmetic (masked Q values)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    """Network and action-space settings (hashable: a static argument).
+
+    hidden: embedding width; num_layers: message-passing rounds.
+    allow_reject: let the agent reject jobs. Off by default: a rejected job leaves the system,
+      so with a JCT reward rejecting everything would look good.
+    allow_wait: let the agent wait while a job fits somewhere (it always may when nothing fits).
+    """
+
+    hidden: int = 32
+    num_layers: int = 2
+    allow_reject: bool = False
+    allow_wait: bool = True
+
+
+class QNetwork(nnx.Module):
+    """GNN encoder plus the three Q heads (see module docstring)."""
+
+    def __init__(self, config: AgentConfig, node_in: int, edge_in: int, rngs: nnx.Rngs):
+        h = config.hidden
+        self.encoder = gnn.GraphEncoder(node_in, edge_in, h, config.num_layers, rngs)
+        # place head = MLP(edge, job, node) with its first layer split like the encoder's edges
+        self.place_edge = nnx.Linear(h, h, rngs=rngs)
+        self.place_job = nnx.Linear(h, h, use_bias=False, rngs=rngs)
+        self.place_node = nnx.Linear(h, h, use_bias=False, rngs=rngs)
+        self.place_norm = nnx.LayerNorm(h, rngs=rngs)
+        self.place_out = nnx.Linear(h, 1, rngs=rngs)
+        self.reject_head = gnn.MLP([h, h, 1], rngs)
+        self.wait_head = gnn.MLP([2 * h, h, 1], rngs)
+
+    def __call__(self, obs: Observation) -> jax.Array:
+        """[K*N + K + 1] Q values of one (unbatched) observation, unmasked."""
+        k, n = obs.place_mask.shape
+        graph = self.encoder(gnn.build_graph(obs))
+        h_node, h_job = graph.nodes[:n], graph.nodes[n:n + k]
+        h = h_node.shape[-1]
+        pair = (self.place_edge(graph.edges).reshape(k, n, h)
+                + self.place_job(h_job)[:, None] + self.place_node(h_node)[None])
+        q_place = self.place_out(jax.nn.relu(self.place_norm(pair))).reshape(k * n)
+        q_reject = self.reject_head(h_job).reshape(k)
+        valid = obs.cluster.valid[:, None]
+        node_mean = (h_node * valid).sum(0) / jnp.maximum(valid.sum(), 1)
+        q_wait = self.wait_head(jnp.concatenate([node_mean, h_job.mean(0)]))
+        return jnp.concatenate([q_place, q_reject, q_wait])
+
+
+def create(config: AgentConfig, example_obs: Observation, key):
+    """(graphdef, params) of a fresh Q network sized for ``example_obs`` (one observation)."""
+    graph = gnn.build_graph(example_obs)
+    model = QNetwork(config, graph.nodes.shape[-1], graph.edges.shape[-1], nnx.Rngs(key))
+    graphdef, params = nnx.split(model)
+    return graphdef, params
+
+
+def q_values(graphdef, params, obs: Observation) -> jax.Array:
+    """[..., A] Q values; ``obs`` may carry any number of leading batch axes."""
+    model = nnx.merge(graphdef, params)
+    fn = model.__call__
+    for _ in range(obs.place_mask.ndim - 2):
+        fn = jax.vmap(fn)
+    return fn(obs)
+
+
+def legal_mask(config: AgentConfig, obs: Observation) -> jax.Array:
+    """[..., A] bool: the actions the agent may take (env mask minus what the config turns off).
+
+    Wait stays legal when no job fits anywhere (then it is the only way on), and reject
+    stays legal if nothing else is (so the mask is never empty while the env is live).
+    """
+    mask = obs.action_mask
+    k, n = obs.place_mask.shape[-2:]
+    place_any = mask[..., :k * n].any(-1, keepdims=True)
+    idx = jnp.arange(mask.shape[-1])
+    is_reject = (idx >= k * n) & (idx < k * n + k)
+    is_wait = idx == k * n + k
+    if not config.allow_wait:
+        mask = mask & ~(is_wait & place_any)
+    if not config.allow_reject:
+        others = (mask & ~is_reject).any(-1, keepdims=True)
+        mask = mask & ~(is_reject & others)
+    return mask
+
+
+def masked_argmax(q: jax.Array, mask: jax.Array) -> jax.Array:
+    """Argmax of ``q`` over legal actions only (an all-False mask gives the wait action)."""
+    best = jnp.argmax(jnp.where(mask, q, -jnp.inf), axis=-1)
+    return jnp.where(mask.any(-1), best, mask.shape[-1] - 1).astype(jnp.int32)
+
+
+def epsilon_greedy(key, q: jax.Array, mask: jax.Array, epsilon) -> jax.Array:
+    """With probability ``epsilon`` a uniform legal action, else the greedy legal action."""
+    k_explore, k_action = jax.random.split(key)
+    random_action = jax.random.categorical(k_action, jnp.where(mask, 0.0, -jnp.inf))
+    random_action = jnp.where(mask.any(-1), random_action, mask.shape[-1] - 1)
+    explore = jax.random.uniform(k_explore, q.shape[:-1]) < epsilon
+    return jnp.where(explore, random_action, masked_argmax(q, mask)).astype(jnp.int32)
+
+
+def epsilon_at(step, start: float, end: float, decay_steps: int):
+    """Linear schedule from ``start`` to ``end`` over ``decay_steps`` env steps, then ``end``."""
+    frac = jnp.clip(step / max(decay_steps, 1), 0.0, 1.0)
+    return start + frac * (end - start)
+
+
+def double_dqn_target(reward, done, gamma, q_next_online, q_next_target, next_mask):
+    """r + gamma * (1 - done) * Q_target(s', argmax_a Q_online(s', a)), the argmax over legal a.
+
+    reward, done: [B]; q_next_online, q_next_target: [B, A]; next_mask: [B, A] bool.
+    A next state with no legal action (only terminal states) contributes nothing.
+    """
+    best = masked_argmax(q_next_online, next_mask)
+    q_best = jnp.take_along_axis(q_next_target, best[:, None], axis=-1)[:, 0]
+    bootstrap = jnp.where(next_mask.any(-1), q_best, 0.0)
+    return reward + gamma * (1.0 - done.astype(jnp.float32)) * bootstrap
+
+
+def td_loss(params, target_params, graphdef, config: AgentConfig, batch, gamma: float):
+    """Mean Huber loss of Q(s, a) against the (stopped) Double-DQN target -> (loss, mean Q).
+
+    batch: dict with obs, action [B], reward [B], done [B], next_obs.
+    """
+    q = q_values(graphdef, params, batch["obs"])
+    q_taken = jnp.take_along_axis(q, batch["action"][:, None], axis=-1)[:, 0]
+    next_mask = legal_mask(config, batch["next_obs"])
+    q_next_online = q_values(graphdef, params, batch["next_obs"])
+    q_next_target = q_values(graphdef, target_params, batch["next_obs"])
+    target = jax.lax.stop_gradient(double_dqn_target(
+        batch["reward"], batch["done"], gamma, q_next_online, q_next_target, next_mask))
+    loss = optax.huber_loss(q_taken, target).mean()
+    return loss, q_taken.mean()
+
+
+def greedy_policy(graphdef, config: AgentConfig):
+    """``policy(params, obs, key) -> flat action``: the trained agent for ``rollout``."""
+
+    def policy(params, obs, key):
+        del key
+        return masked_argmax(q_values(graphdef, params, obs), legal_mask(config, obs))
+
+    return policy

@@ -1,0 +1,69 @@
+"""Action masking and the Double-DQN target."""
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxsched.agents import ddqn
+
+
+def _fake_obs(action_mask, k, n):
+    return types.SimpleNamespace(action_mask=jnp.asarray(action_mask),
+                                 place_mask=jnp.asarray(action_mask[:k * n]).reshape(k, n))
+
+
+@st.composite
+def masks_and_q(draw):
+    k = draw(st.integers(1, 4))
+    n = draw(st.integers(1, 5))
+    a = k * n + k + 1
+    mask = np.array(draw(st.lists(st.booleans(), min_size=a, max_size=a)))
+    q = np.array(draw(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=a, max_size=a)),
+                 np.float32)
+    eps = draw(st.floats(0.0, 1.0))
+    seed = draw(st.integers(0, 2**31 - 1))
+    flags = draw(st.tuples(st.booleans(), st.booleans()))
+    return k, n, mask, q, eps, seed, flags
+
+
+@settings(max_examples=60, deadline=None)
+@given(masks_and_q())
+def test_masked_actions_are_never_chosen(case):
+    k, n, mask, q, eps, seed, (allow_reject, allow_wait) = case
+    config = ddqn.AgentConfig(allow_reject=allow_reject, allow_wait=allow_wait)
+    legal = np.asarray(ddqn.legal_mask(config, _fake_obs(mask, k, n)))
+    assert not (legal & ~mask).any()              # the agent's mask only removes actions
+    assert legal.any() == mask.any()              # ... and never empties a live mask
+    is_reject = (np.arange(len(mask)) >= k * n) & (np.arange(len(mask)) < k * n + k)
+    if not allow_reject and (mask & ~is_reject).any():
+        assert not (legal & is_reject).any()
+    greedy = int(ddqn.masked_argmax(jnp.asarray(q), jnp.asarray(legal)))
+    explore = int(ddqn.epsilon_greedy(jax.random.key(seed), jnp.asarray(q), jnp.asarray(legal), eps))
+    if legal.any():
+        assert legal[greedy] and legal[explore]
+        assert q[greedy] == q[legal].max()
+
+
+def test_double_dqn_target_matches_hand_worked_example():
+    # Episode 0: online net picks action 2 among the legal {0, 2} (action 1 has the highest
+    # online Q but is illegal); the TARGET net's value of action 2 (30) is bootstrapped:
+    # 1 + 0.9 * 30 = 28. Plain DQN would take the target's own max (40, illegal action 1).
+    # Episode 1 is terminal: the target is the reward alone.
+    # Episode 2: no legal action next (a finished episode's observation): no bootstrap.
+    reward = jnp.array([1.0, -2.0, 0.5])
+    done = jnp.array([False, True, False])
+    q_online = jnp.array([[1.0, 5.0, 3.0], [0.0, 9.0, 1.0], [7.0, 7.0, 7.0]])
+    q_target = jnp.array([[10.0, 40.0, 30.0], [100.0, 100.0, 100.0], [5.0, 5.0, 5.0]])
+    mask = jnp.array([[True, False, True], [True, True, True], [False, False, False]])
+    target = ddqn.double_dqn_target(reward, done, 0.9, q_online, q_target, mask)
+    np.testing.assert_allclose(np.asarray(target), [28.0, -2.0, 0.5])
+
+
+def test_epsilon_schedule_is_linear_then_flat():
+    assert float(ddqn.epsilon_at(0, 1.0, 0.1, 100)) == 1.0
+    np.testing.assert_allclose(float(ddqn.epsilon_at(50, 1.0, 0.1, 100)), 0.55, rtol=1e-6)
+    np.testing.assert_allclose(float(ddqn.epsilon_at(500, 1.0, 0.1, 100)), 0.1, rtol=1e-6)
