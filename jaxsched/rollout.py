@@ -43,13 +43,15 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     """
     batch = keys.shape[0]
     chunk = default_chunk() if chunk == -1 else chunk
-    if chunk is not None and batch > chunk and batch % chunk == 0:
-        split = lambda x: x.reshape(batch // chunk, chunk, *x.shape[1:])  # noqa: E731
-        out = jax.lax.map(
-            lambda c: _rollout_batch(env, policy, policy_params, env_params, c[0], c[1], max_steps),
-            (jax.tree.map(split, jobs), split(keys)))
-        return jax.tree.map(lambda x: x.reshape(batch, *x.shape[2:]), out)
-    return _rollout_batch(env, policy, policy_params, env_params, jobs, keys, max_steps)
+    if chunk is None or batch <= chunk:
+        return _rollout_batch(env, policy, policy_params, env_params, jobs, keys, max_steps)
+    padded = -(-batch // chunk) * chunk  # repeat the last episode up to a multiple of chunk
+    split = lambda x: jnp.concatenate(  # noqa: E731
+        [x, jnp.repeat(x[-1:], padded - batch, axis=0)]).reshape(padded // chunk, chunk, *x.shape[1:])
+    out = jax.lax.map(
+        lambda c: _rollout_batch(env, policy, policy_params, env_params, c[0], c[1], max_steps),
+        (jax.tree.map(split, jobs), split(keys)))
+    return jax.tree.map(lambda x: x.reshape(padded, *x.shape[2:])[:batch], out)
 
 
 def _rollout_batch(env, policy, policy_params, env_params, jobs, keys, max_steps):

@@ -41,8 +41,8 @@ def reset_and_step(env):
 
 
 @functools.lru_cache(maxsize=None)
-def jitted(env, policy):
-    return jax.jit(lambda p, j, k: rollout(env, policy, None, p, j, k, 4 * PAD_JOBS + 20))
+def jitted(env, policy, chunk=-1):
+    return jax.jit(lambda p, j, k: rollout(env, policy, None, p, j, k, 4 * PAD_JOBS + 20, chunk=chunk))
 
 
 def held_by_running(state, cluster, t):
@@ -149,6 +149,9 @@ def test_same_key_same_episode_and_vmap_equals_one_by_one(cluster, seed, data):
     state_a, m_a = run(params, batch, keys)
     state_b, m_b = run(params, batch, keys)
     chex.assert_trees_all_equal(state_a, state_b)  # same keys -> identical episodes
+    state_c, m_c = jitted(ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10)),
+                          random_legal, chunk=2)(params, batch, keys)  # chunks of 2, one padded
+    chex.assert_trees_all_equal((state_a, m_a), (state_c, m_c))
     for i in range(3):  # a batch of 3 equals 3 batches of 1
         one = jax.tree.map(lambda x: x[i:i + 1], batch)
         state_i, m_i = run(params, one, keys[i:i + 1])
