@@ -31,7 +31,6 @@ import tomllib
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
