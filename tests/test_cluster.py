@@ -9,22 +9,12 @@ import pytest
 
 from jaxsched import cluster as C
 from jaxsched.errors import DataError
+from tests.assertions import assert_names
 from jaxsched.types import ALL_MODELS
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
 
 
-def assert_names(err: DataError, path, line, field):
-    """The message names the file, the 1-based line and the field, and so do the attributes."""
-    assert err.path == str(path)
-    assert err.row == line
-    assert err.field == field
-    where = f"{path}"
-    if line is not None:
-        where += f", line {line}"
-    if field is not None:
-        where += f", field '{field}'"
-    assert str(err).startswith(where + ": "), str(err)
 
 
 def type_counts(table: C.NodeTable) -> collections.Counter:

@@ -11,22 +11,12 @@ import pytest
 from jaxsched import cluster as C
 from jaxsched import paths
 from jaxsched.errors import DataError
+from tests.assertions import assert_names
 from jaxsched.types import ALL_MODELS
 from jaxsched.workload import alibaba as A
 from jaxsched.workload.classes import target_workload
 
 
-def assert_names(err: DataError, path, line, field):
-    """The message names the file, the 1-based line and the field (and so do the attributes)."""
-    assert err.path == str(path)
-    assert err.row == line
-    assert err.field == field
-    where = f"{path}"
-    if line is not None:
-        where += f", line {line}"
-    if field is not None:
-        where += f", field '{field}'"
-    assert str(err).startswith(where + ": "), str(err)
 
 
 def write(tmp_path, name, text):
