@@ -9,12 +9,10 @@ import pytest
 
 from jaxsched import cluster as C
 from jaxsched.errors import DataError
-from tests.assertions import assert_names
 from jaxsched.types import ALL_MODELS
+from tests.assertions import assert_names
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
-
-
 
 
 def type_counts(table: C.NodeTable) -> collections.Counter:

@@ -11,12 +11,10 @@ import pytest
 from jaxsched import cluster as C
 from jaxsched import paths
 from jaxsched.errors import DataError
-from tests.assertions import assert_names
 from jaxsched.types import ALL_MODELS
 from jaxsched.workload import alibaba as A
 from jaxsched.workload.classes import target_workload
-
-
+from tests.assertions import assert_names
 
 
 def write(tmp_path, name, text):
