@@ -41,7 +41,7 @@ from jaxsched import evaluate as ev
 from jaxsched import policies, report
 from jaxsched.agents import checkpoint, ddqn, trainer
 from jaxsched.errors import DataError
-from jaxsched.rollout import rollout
+from jaxsched.rollout import sharded_rollout
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, to_device
 
@@ -169,10 +169,7 @@ def evaluate_agent(run: RunConfig, graphdef, params, show_progress: bool = True)
     config = dataclasses.replace(run.base, eval=dataclasses.replace(
         run.base.eval, schedulers=tuple(policies.REGISTRY)))
     result = ev.evaluate(config, show_progress=show_progress)
-    if isinstance(result, tuple):  # older evaluate(): (per_episode, summary, info)
-        baseline_frame, info = result[0], result[2]
-    else:
-        baseline_frame, info = result.per_episode, result.info
+    baseline_frame, info = result.per_episode, result.info
     nodes = ev.build_nodes(config)
     jobs, frag, _ = ev.build_workload(config, nodes)
     env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
@@ -180,7 +177,7 @@ def evaluate_agent(run: RunConfig, graphdef, params, show_progress: bool = True)
     env_keys = ev.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
     env = ClusterEnv(config.env)
     policy = ddqn.greedy_policy(graphdef, run.agent)
-    fn = jax.jit(lambda p, pp, j, k: rollout(env, policy, pp, p, j, k, max_steps)[1])
+    fn = jax.jit(lambda p, pp, j, k: sharded_rollout(env, policy, pp, p, j, k, max_steps)[1])
     frames, batch = [], config.eval.batch_size
     start = time.perf_counter()
     for lo in range(0, config.eval.episodes, batch):
