@@ -9,7 +9,7 @@ A decision is one env step of an episode that has not ended (padding steps are n
 
     python scripts/bench.py --quick                 # about a minute
     python scripts/bench.py                         # the full grid (batch 1..4096)
-    XLA_FLAGS=--xla_force_host_platform_device_count=2 python scripts/bench.py --quick --shard
+    python scripts/bench.py --quick --no-shard      # one XLA device (one core) only
 
 Writes ``results/bench/<name>.json`` and ``.md``.
 """
@@ -24,10 +24,12 @@ from pathlib import Path
 
 import jax
 
+from jaxsched.devices import use_all_cpu_cores
 from jaxsched import policies
 from jaxsched.benchmark import bench_jax, bench_reference, make_setup
 
 def main(argv=None) -> int:
+    use_all_cpu_cores()  # one host device per core, before JAX starts (jaxsched/devices.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="64 nodes, batch 1/64/1024, ~1 minute")
     parser.add_argument("--nodes", type=int, nargs="+", default=[32, 64, 128, 1213])
@@ -36,7 +38,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=500, help="jobs per episode")
     parser.add_argument("--running-capacity", type=int, default=512)
     parser.add_argument("--ref-decisions", type=int, default=3000)
-    parser.add_argument("--shard", action="store_true", help="split batches across local devices")
+    parser.add_argument("--no-shard", dest="shard", action="store_false",
+                        help="one device only (default: episodes split across one host device per core)")
     parser.add_argument("--name", default=None, help="output file stem (default: bench or bench_quick)")
     parser.add_argument("--out", default="results/bench")
     args = parser.parse_args(argv)

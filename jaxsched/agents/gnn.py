@@ -30,13 +30,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import jraph
+import numpy as np
 from flax import nnx
 
 from jaxsched.cluster import MODEL_NAMES
 from jaxsched.types import ALL_MODELS, GPU_MILLI, Observation
 
 NUM_MODELS = len(MODEL_NAMES)
-MODEL_BITS = jnp.left_shift(1, jnp.arange(NUM_MODELS, dtype=jnp.int32))  # [M] bit of each model
+MODEL_BITS = np.left_shift(1, np.arange(NUM_MODELS, dtype=np.int32))  # [M] bit of each model
 
 
 def node_features(obs: Observation) -> jax.Array:

@@ -20,6 +20,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxsched.sim import frag, metrics, resources
 from jaxsched.sim.reduce import ordered_sum
@@ -29,7 +30,7 @@ from jaxsched.types import (
     Core, EnvParams, Jobs, Observation, SimState,
 )
 
-INF = jnp.float32(jnp.inf)
+INF = np.float32(np.inf)  # numpy, not a JAX array: importing the env must not start a backend
 MODES = ("dynamic", "static")
 QUEUE_ORDERS = ("fifo", "sjf", "edf")
 TIE_BREAKS = ("permutation", "identity")
