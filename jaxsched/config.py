@@ -156,18 +156,22 @@ def parse_override(text: str) -> dict:
     return out
 
 
+def read_toml(path: str | Path) -> dict:
+    """A TOML file as a dict; a missing or malformed file raises ``DataError`` naming it."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(path, None, None, "config file not found") from None
+    except tomllib.TOMLDecodeError as err:
+        raise DataError(path, getattr(err, "lineno", None), None, f"not valid TOML: {err}") from None
+
+
 def load(path: str | Path | None = None, overrides=()) -> Config:
     """Load a run config from TOML (or defaults when ``path`` is None) plus overrides."""
     config = Config()
     if path is not None:
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise DataError(path, None, None, "config file not found") from None
-        except tomllib.TOMLDecodeError as err:
-            raise DataError(path, getattr(err, "lineno", None), None, f"not valid TOML: {err}") from None
-        config = _merge(config, data, path, "")
+        config = _merge(config, read_toml(path), Path(path), "")
     for text in overrides:
         config = _merge(config, parse_override(text), "--set", "")
     return config

@@ -27,7 +27,6 @@ import json
 import math
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import jax
@@ -64,11 +63,7 @@ def load(path=None, overrides=()) -> RunConfig:
     """A ``RunConfig`` from TOML (``[agent]`` and ``[train]`` beside the usual sections)."""
     data, where = {}, "config"
     if path is not None:
-        where = Path(path)
-        try:
-            data = tomllib.loads(where.read_text())
-        except FileNotFoundError:
-            raise DataError(where, None, None, "config file not found") from None
+        where, data = Path(path), cfg_lib.read_toml(path)
     extra = {"agent": data.pop("agent", {}), "train": data.pop("train", {})}
     base_overrides = []
     for text in overrides:
