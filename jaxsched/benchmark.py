@@ -77,8 +77,7 @@ def bench_jax(params, workload, env_config, scheduler: str, batch: int, max_step
 
 def bench_reference(nodes, jobs_np, frag, env_config, scheduler: str, cap: int):
     """Reference decisions per second over a few episodes, at most ``cap`` decisions."""
-    config = reference.RefConfig(window=env_config.window, queue_capacity=env_config.queue_capacity,
-                                 running_capacity=env_config.running_capacity)
+    config = reference.RefConfig.like(policies.get(scheduler).env_config(env_config))
     cluster = cl.to_cluster(nodes)
     decisions, elapsed = 0, 0.0
     for i in range(jobs_np.arrival_s.shape[0]):

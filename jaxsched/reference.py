@@ -44,13 +44,24 @@ class RefConfig:
     queue_capacity: int = 256  # Q
     running_capacity: int = 1024  # R (dynamic mode only, see ReferenceSim)
     queue_order: str = "fifo"  # "fifo" | "sjf" | "edf"
-    gpu_rule: str = "best-fit"  # "best-fit" | "first-fit" (fractional jobs only)
+    gpu_rule: str = "best-fit"  # "best-fit" | "first-fit" | "fgd" | "buddy" (see _choose_gpus)
+    # Rescheduling (docs/schedulers.md): a pass every resched_interval_s (0 = off).
+    resched_interval_s: float = 0.0
+    resched_max_moves: int = 5
+    resched_util_threshold: float = 0.5
+    migration_pause_s: float = 60.0
+
+    @classmethod
+    def like(cls, config) -> "RefConfig":
+        """The RefConfig with the same-named settings as ``config`` (e.g. an env's
+        ``EnvConfig``, read by attribute so this module imports nothing from the env)."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
     def __post_init__(self):
         checks = (
             (self.mode in ("dynamic", "static"), f"mode {self.mode!r}"),
             (self.queue_order in ("fifo", "sjf", "edf"), f"queue_order {self.queue_order!r}"),
-            (self.gpu_rule in ("best-fit", "first-fit"), f"gpu_rule {self.gpu_rule!r}"),
+            (self.gpu_rule in ("best-fit", "first-fit", "fgd", "buddy"), f"gpu_rule {self.gpu_rule!r}"),
             (self.window >= 1, f"window {self.window}"),
             (self.queue_capacity >= 1, f"queue_capacity {self.queue_capacity}"),
             (self.running_capacity >= 1, f"running_capacity {self.running_capacity}"),
@@ -216,6 +227,8 @@ class ReferenceSim:
         self.queue_keys: list = []  # the discipline's key of each queued job, same order
         self.running: list[tuple] = []  # heap of (end_s, job): smallest end, then index
         self.done = False
+        interval = np.float32(config.resched_interval_s)
+        self.next_resched_s = np.float32(self.time_s + interval) if interval > 0 else np.float32(np.inf)
 
         self.outcome = [OUTCOME_NONE] * self.J
         self.node = [-1] * self.J
@@ -230,6 +243,8 @@ class ReferenceSim:
         self.failed = 0
         self.dropped_overflow = 0
         self.running_full = False
+        self.migrations = 0
+        self.migration_gpu_s = 0.0
         # Time integrals over [t0, t) in float64: allocated milli * s, F * s, idle milli * s.
         self.alloc_milli_s = 0.0
         self.frag_milli_s = 0.0
@@ -255,17 +270,27 @@ class ReferenceSim:
         return node_fragmentation(self._free_gpus(n), self.free_cpu[n], self.gpu_model[n], self.classes)
 
     def _choose_gpus(self, j: int, n: int) -> list[int]:
-        """GPUs of node n that job j gets under the GPU rule (assumes it fits)."""
-        job = self.jobs[j]
+        """GPUs of node n that job j gets under the GPU rule (assumes it fits).
+
+        Fractional jobs: "first-fit" the lowest-index GPU with room, "fgd" FGD's own choice
+        (``_fgd_gpu``), "best-fit" and "buddy" the least free GPU with room. Whole-GPU jobs:
+        the lowest-index wholly free GPUs, inside a power-of-two aligned block under "buddy"
+        (``_buddy_gpus``).
+        """
+        job, rule = self.jobs[j], self.config.gpu_rule
         if job.num_gpu == 0:
             return []
         if _is_fractional(job.num_gpu, job.gpu_milli):
             room = [g for g in self.gpus_of[n] if self.free_milli[n][g] >= job.gpu_milli]
-            if self.config.gpu_rule == "first-fit":
+            if rule == "first-fit":
                 return [room[0]]
+            if rule == "fgd":
+                return [_fgd_gpu(self, j, n, room)]
             # best-fit: least free milli; min() keeps the first (lowest index) on ties.
             return [min(room, key=lambda g: self.free_milli[n][g])]
         whole = [g for g in self.gpus_of[n] if self.free_milli[n][g] == GPU_MILLI]
+        if rule == "buddy":
+            return _buddy_gpus(self.gpus_of[n], whole, job.num_gpu)
         return whole[: job.num_gpu]
 
     def _take(self, j: int, n: int, gpus: list[int]) -> None:
@@ -408,9 +433,15 @@ class ReferenceSim:
             return self.jobs[j].work_s
         return self.jobs[j].deadline_s
 
+    def _next_resched_s(self) -> np.float32:
+        """Time of the next rescheduling pass: +inf when off or when no other event is left."""
+        if self.running or self.next_arrival < self.J_valid:
+            return self.next_resched_s
+        return np.float32(np.inf)
+
     def _next_event_s(self) -> np.float32:
-        """Time of the next event (completion or arrival), +inf when none is left."""
-        t_next = np.float32(np.inf)
+        """Time of the next event (completion, arrival or pass), +inf when none is left."""
+        t_next = self._next_resched_s()
         if self.running:
             t_next = min(t_next, self.running[0][0])
         if self.next_arrival < self.J_valid:
@@ -449,12 +480,14 @@ class ReferenceSim:
                     self.done = True
                     return
                 self._move_clock(t_next)
-            # Process exactly one event at time t: completions before arrivals.
+            # Process exactly one event at time t: completions, then arrivals, then a pass.
             if self.running and self.running[0][0] <= self.time_s:
                 _, j = heapq.heappop(self.running)
                 self._release(j)
-            else:
+            elif self.next_arrival < self.J_valid and self.jobs[self.next_arrival].arrival_s <= self.time_s:
                 self._arrive_dynamic()
+            else:
+                self._reschedule()
 
     def _arrive_dynamic(self) -> None:
         j = self.next_arrival
@@ -470,6 +503,58 @@ class ReferenceSim:
         i = bisect.bisect_right(self.queue_keys, key)
         self.queue.insert(i, j)
         self.queue_keys.insert(i, key)
+
+    def _reschedule(self) -> None:
+        """A rescheduling pass now (docs/schedulers.md): up to resched_max_moves moves."""
+        cfg = self.config
+        for _ in range(cfg.resched_max_moves):
+            if not self._migrate_one():
+                break
+        self.next_resched_s = np.float32(self.next_resched_s + np.float32(cfg.resched_interval_s))
+
+    def _alloc840(self, n: int) -> int:
+        """Node n's GPU allocation times 840 (exact: 840 is divisible by every GPU count 1..8)."""
+        gpus = self.gpus_of[n]
+        used = GPU_MILLI * len(gpus) - sum(self._free_gpus(n))
+        return used * (840 // len(gpus))
+
+    def _migrate_one(self) -> bool:
+        """Move one job off an under-allocated node, if some job can move; True if one did."""
+        cfg, t = self.config, self.time_s
+        limit = np.float32(cfg.resched_util_threshold) * np.float32(840000)
+        moves = []  # (source alloc, -remaining, job, source, destinations)
+        for end, j in self.running:
+            s = self.node[j]
+            if self.jobs[j].num_gpu == 0 or not self.gpus_of[s] or not np.float32(self._alloc840(s)) < limit:
+                continue
+            dests = [d for d in range(self.N) if d != s and self.gpus_of[d] and self._fits(j, d)
+                     and self._alloc840(d) > self._alloc840(s)]
+            if dests:
+                moves.append((self._alloc840(s), -np.float32(end - t), j, s, dests))
+        if not moves:
+            return False
+        _, _, j, s, dests = min(moves, key=lambda m: m[:3])
+        d = max(dests, key=lambda d: (self._alloc840(d), -self.node_rank[d]))
+        job, end = self.jobs[j], self.end_s[j]
+
+        self._release(j)
+        free = [(self.free_milli[d][g], g) for g in self.gpus_of[d]]
+        if _is_fractional(job.num_gpu, job.gpu_milli):
+            gpus = [min((f, g) for f, g in free if f >= job.gpu_milli)[1]]  # least free, lowest index
+        else:
+            gpus = [g for f, g in free if f == GPU_MILLI][: job.num_gpu]
+        self.node[j], self.gpu_bits[j] = d, sum(1 << g for g in gpus)
+        self._take(j, d, gpus)
+
+        pause = np.float32(cfg.migration_pause_s)
+        new_end = np.float32(np.float32(t + pause) + np.float32(np.float32((end - t) * self.speed[s]) / self.speed[d]))
+        self.end_s[j] = new_end
+        self.running.remove((end, j))
+        self.running.append((new_end, j))
+        heapq.heapify(self.running)
+        self.migrations += 1
+        self.migration_gpu_s += job.num_gpu * job.gpu_milli / GPU_MILLI * float(pause)
+        return True
 
     def _advance_static(self) -> None:
         """The FGD paper's protocol: one job at a time, in index order, no departures."""
@@ -516,7 +601,9 @@ class ReferenceSim:
             "unfinished": self.J_valid - finished - self.rejected - self.failed - self.dropped_overflow,
             "running_full": int(self.running_full),
             "done": int(self.done),
+            "migrations": self.migrations,
         }
+        metrics["migration_gpu_s"] = self.migration_gpu_s
         metrics.update(self._job_metrics(arrival_s, start_s, end_s, finished_mask, static))
         metrics.update(self._resource_metrics(t_end, static))
         return {
@@ -573,44 +660,348 @@ class ReferenceSim:
 
 
 # ---------------------------------------------------------------------- heuristics
+#
+# SPEC.md "Heuristic schedulers" and docs/schedulers.md, read directly. A *node rule*
+# scores one node for window job j: ``rule(sim, j, n) -> int``, higher wins. Node-rule
+# schedulers take the first window slot whose job fits some node and put it on the feasible
+# node with the top score, ties to the lowest ``node_rank``. elasticflow and hops choose
+# the window slot too (*window rules*, ``rule(sim) -> flat action``). Integer formulas are
+# computed exactly; FGD's float32 arithmetic is done in float32, as the env does it.
+
+
+def _leftover(sim: ReferenceSim, j: int, n: int) -> Fraction:
+    """``sum_r w_r (free_r - req_r) / max_r`` over r in {CPU milli, total free GPU milli},
+    w = 1/2, maxima 128,000 and 8,000 (SPEC.md, best-fit), as an exact fraction."""
+    job = sim.jobs[j]
+    cpu_left = sim.free_cpu[n] - job.cpu_milli
+    gpu_left = sum(sim._free_gpus(n)) - job.num_gpu * job.gpu_milli
+    return (Fraction(cpu_left, 2 * BEST_FIT_CPU_MAX_MILLI)
+            + Fraction(gpu_left, 2 * BEST_FIT_GPU_MAX_MILLI))
+
+
+def _first_fit_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """first-fit: the lowest-index node (no two nodes tie, so ranks never matter)."""
+    return -n
+
 
 def _best_fit_score(sim: ReferenceSim, j: int, n: int) -> int:
-    """The FGD paper's BestFit node score (SPEC.md), truncated toward zero.
+    """The FGD paper's BestFit node score ``int(100 * (1 - leftover))`` (SPEC.md).
 
     Exact rational arithmetic: in floating point a score that is exactly an integer can
-    come out a hair below it and truncate to the integer beneath.
+    come out a hair below it and truncate to the integer beneath. The published min-max
+    rescaling to 0-100 across feasible nodes is monotone, so it cannot change which node
+    scores highest; it is skipped.
+    """
+    return int(100 * (1 - _leftover(sim, j, n)))
+
+
+def _spread_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """spread: the opposite of best-fit, ``int(100 * leftover)`` (the most leftover wins)."""
+    return int(100 * _leftover(sim, j, n))
+
+
+def _dot_product_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """DotProd: ``int(100 * (1 - dot / 2))`` (SPEC.md), the smallest dot product wins.
+
+    dot = free CPU * CPU / 128,000^2 + total free GPU milli * total GPU milli / 8,000^2,
+    the node's free resources taken before placing, exactly.
     """
     job = sim.jobs[j]
-    cpu_left = int(sim.free_cpu[n]) - job.cpu_milli
-    gpu_left = int(sum(sim._free_gpus(n))) - job.num_gpu * job.gpu_milli
-    half = Fraction(1, 2)
-    return int(100 * (1 - (half * Fraction(cpu_left, BEST_FIT_CPU_MAX_MILLI)
-                           + half * Fraction(gpu_left, BEST_FIT_GPU_MAX_MILLI))))
+    dot = (Fraction(sim.free_cpu[n] * job.cpu_milli, BEST_FIT_CPU_MAX_MILLI ** 2)
+           + Fraction(sum(sim._free_gpus(n)) * job.num_gpu * job.gpu_milli, BEST_FIT_GPU_MAX_MILLI ** 2))
+    return int(100 * (1 - dot / 2))
+
+
+def _gpu_packing_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """GpuPacking's tiers (SPEC.md); CPU-only jobs score 0 everywhere.
+
+    1. a fractional job's tightest GPU with room is partly used (free < 1000):
+       ``max(100 - (free * 100 // 1000) // 10, 50)``;
+    2. otherwise, on a node with some used GPU: ``max(50 - wholly free GPUs taken, 33)``
+       (a fractional job on a wholly free GPU takes one);
+    3. every GPU of the node free (CPU use does not count): ``max(33 - n_gpus, n_gpus)``.
+    """
+    job = sim.jobs[j]
+    if job.num_gpu == 0:
+        return 0
+    free = sim._free_gpus(n)
+    if all(f == GPU_MILLI for f in free):
+        return max(33 - len(free), len(free))
+    if _is_fractional(job.num_gpu, job.gpu_milli):
+        tightest = min(f for f in free if f >= job.gpu_milli)
+        if tightest < GPU_MILLI:
+            return max(100 - tightest * 100 // GPU_MILLI // 10, 50)
+        return max(50 - 1, 33)
+    return max(50 - job.num_gpu, 33)
+
+
+def _gpu_class(job: _Job):
+    """gpu-clustering's class of a job: "share" (fractional), k (k whole GPUs), None (CPU-only)."""
+    if job.num_gpu == 0:
+        return None
+    return "share" if _is_fractional(job.num_gpu, job.gpu_milli) else job.num_gpu
+
+
+def _classes_on_node(sim: ReferenceSim, n: int) -> set:
+    """Classes of the GPU jobs on node n now, from the sim's own records: the running jobs
+    there (dynamic), or every job placed there (static: placed jobs never leave)."""
+    if sim.config.mode == "static":
+        held = [j for j in range(sim.J) if sim.outcome[j] == OUTCOME_PLACED]
+    else:
+        held = [j for _, j in sim.running]
+    return {_gpu_class(sim.jobs[j]) for j in held if sim.node[j] == n and sim.jobs[j].num_gpu > 0}
+
+
+def _gpu_clustering_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """GpuClustering with exact classes (SPEC.md; docs/schedulers.md).
+
+    ``25 * (8000 - free GPU milli) // 8000`` plus 75 if the node hosts only this job's
+    class, 50 if this class among others, 25 if no GPU job, 0 if only other classes.
+    CPU-only jobs score 0 everywhere.
+    """
+    mine = _gpu_class(sim.jobs[j])
+    if mine is None:
+        return 0
+    hosted = _classes_on_node(sim, n)
+    if mine in hosted:
+        bonus = 75 if hosted == {mine} else 50
+    else:
+        bonus = 0 if hosted else 25
+    used = 25 * (BEST_FIT_GPU_MAX_MILLI - sum(sim._free_gpus(n))) // BEST_FIT_GPU_MAX_MILLI
+    return used + bonus
+
+
+def _class_frags(free_gpus: list[int], free_cpu: int, gpu_model: int, classes: list[tuple]) -> list[int]:
+    """[M] F_n(m) in milli per class (semantics.md, last section), exact integers."""
+    idle = sum(free_gpus)
+    out = []
+    for cpu_m, gpu_milli_m, num_gpu_m, mask_m, _ in classes:
+        usable = (num_gpu_m > 0 and _model_allowed(mask_m, gpu_model) and free_cpu >= cpu_m
+                  and sum(f >= gpu_milli_m for f in free_gpus) >= num_gpu_m)
+        out.append(sum(f for f in free_gpus if f < gpu_milli_m) if usable else idle)
+    return out
+
+
+def _tree_sum_f32(values: list) -> np.float32:
+    """float32 sum by a fixed pairwise tree, zero-padded to a power of two:
+    ((v0 + v1) + (v2 + v3)) + ... The env and the fgd policy sum over classes this way."""
+    values = [np.float32(v) for v in values]
+    values += [np.float32(0)] * ((1 << max(len(values) - 1, 0).bit_length()) - len(values))
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] for i in range(0, len(values), 2)]
+    return values[0]
+
+
+def _fgd_int_score(delta: np.float32) -> int:
+    """FGD's published score ``int(100 * sigmoid(delta / 1000))``, float32 as XLA computes it.
+
+    XLA turns the division by a constant into ``delta * float32(0.001)``; its float32 exp is
+    correctly rounded near 0, where a score flips between 49 and 50 (NumPy's float32 exp is
+    not), so exp is taken in float64 and rounded; then ``1 / (1 + e)``, times 100, truncated.
+    """
+    x = np.float32(delta) * np.float32(0.001)
+    e = np.float32(np.exp(-np.float64(x)))
+    return int(np.float32(100) * (np.float32(1) / (np.float32(1) + e)))
+
+
+def _fgd_score_after(before: list[int], after: list[int], classes: list[tuple]) -> int:
+    """The FGD score of going from per-class F_n(m) ``before`` to ``after``: delta = tree sum
+    of float32(before_m - after_m) * prob_m (exact integers first, so no change scores 50)."""
+    return _fgd_int_score(_tree_sum_f32([np.float32(b - a) * np.float32(c[4])
+                                         for b, a, c in zip(before, after, classes)]))
+
+
+def _use_gpu(free_gpus: list[int], i: int, milli: int) -> list[int]:
+    """``free_gpus`` with ``milli`` taken from the i-th GPU."""
+    return [f - milli if g == i else f for g, f in enumerate(free_gpus)]
+
+
+def _fgd_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """FGD's node score (SPEC.md): ``_fgd_int_score(F_n before - F_n after)`` placing j on n.
+
+    As the fgd policy computes it: delta = tree sum of float32(before_m - after_m) * prob_m
+    over classes, from exact per-class integers, so an unchanged F_n scores exactly 50. A
+    fractional job tries every GPU with room and the node keeps its best GPU's score; a
+    whole-GPU job takes the first wholly free GPUs; a CPU-only job only CPU.
+    """
+    job = sim.jobs[j]
+    free, model = sim._free_gpus(n), sim.gpu_model[n]
+    before = _class_frags(free, sim.free_cpu[n], model, sim.classes)
+    cpu_after = sim.free_cpu[n] - job.cpu_milli
+
+    def score(free_after):
+        return _fgd_score_after(before, _class_frags(free_after, cpu_after, model, sim.classes), sim.classes)
+
+    if _is_fractional(job.num_gpu, job.gpu_milli):
+        return max(score(_use_gpu(free, i, job.gpu_milli)) for i, f in enumerate(free) if f >= job.gpu_milli)
+    taken = [i for i, f in enumerate(free) if f == GPU_MILLI][: job.num_gpu]
+    return score([0 if i in taken else f for i, f in enumerate(free)])
+
+
+def _fgd_gpu(sim: ReferenceSim, j: int, n: int, room: list[int]) -> int:
+    """GPU rule "fgd": the GPU of ``room`` (indices with room for fractional job j on node n)
+    with the top FGD score, computed exactly as ``_fgd_score`` scores a node; ties: the
+    lowest index."""
+    job = sim.jobs[j]
+    free, model = sim._free_gpus(n), sim.gpu_model[n]
+    before = _class_frags(free, sim.free_cpu[n], model, sim.classes)
+    cpu_after = sim.free_cpu[n] - job.cpu_milli
+
+    def score(g):
+        free_after = _use_gpu(free, sim.gpus_of[n].index(g), job.gpu_milli)
+        return _fgd_score_after(before, _class_frags(free_after, cpu_after, model, sim.classes), sim.classes)
+
+    return max(room, key=lambda g: (score(g), -g))
+
+
+def _buddy_gpus(existing: list[int], whole_free: list[int], k: int) -> list[int]:
+    """GPU rule "buddy" for a job of k whole GPUs (docs/schedulers.md, elasticflow).
+
+    b = the smallest power of two >= k; aligned blocks are GPU index ranges [i*b, (i+1)*b)
+    of existing GPUs. The job takes the k lowest-index wholly free GPUs of the lowest-index
+    block that has k of them; if none has, the node's k lowest-index wholly free GPUs.
+    """
+    b = 1 << (k - 1).bit_length()
+    for start in range(0, existing[-1] + 1, b):
+        block = range(start, start + b)
+        if all(g in existing for g in block):
+            free_in_block = [g for g in whole_free if g in block]
+            if len(free_in_block) >= k:
+                return free_in_block[:k]
+    return whole_free[:k]
+
+
+def _top_node(sim: ReferenceSim, nodes: list[int], score: Callable[[int], int]) -> int:
+    """The node of ``nodes`` with the highest ``score(n)``; ties: the lowest ``node_rank``."""
+    return max(nodes, key=lambda n: (score(n), -sim.node_rank[n]))
+
+
+def _runnable_nodes(sim: ReferenceSim, j: int) -> list[int]:
+    """Nodes job j can run on in the *empty* cluster (docs/schedulers.md, notation)."""
+    job = sim.jobs[j]
+    return [n for n in range(sim.N) if sim.node_valid[n] and _job_fits(
+        job, sim.gpu_model[n], sim.cpu_cap[n], sim.mem_cap[n], [GPU_MILLI] * len(sim.gpus_of[n]))]
+
+
+def _finish_s(sim: ReferenceSim, j: int, n: int) -> np.float32:
+    """``t + run_s(j, n)``: when job j would end if placed on node n now (float32, as ends are)."""
+    job = sim.jobs[j]
+    if job.num_gpu > 0:
+        return np.float32(sim.time_s + job.work_s / sim.speed[n])
+    return np.float32(sim.time_s + job.work_s)
+
+
+def _elasticflow_action(sim: ReferenceSim) -> int:
+    """elasticflow (docs/schedulers.md), on the EDF-ordered window.
+
+    1. Reject the first *hopeless* slot: its job would miss its deadline on every node it
+       can run on. 2. Else place the first slot that fits some node where it meets its
+    deadline, on such a node with the top BestFit score (ties: rank). 3. Else wait.
+    """
+    mask, window = sim.place_mask(), sim.window()
+    for k, j in enumerate(window):
+        if all(_finish_s(sim, j, n) > sim.jobs[j].deadline_s for n in _runnable_nodes(sim, j)):
+            return sim.K * sim.N + k
+    for k, j in enumerate(window):
+        on_time = [n for n in range(sim.N) if mask[k, n] and _finish_s(sim, j, n) <= sim.jobs[j].deadline_s]
+        if on_time:
+            return k * sim.N + _top_node(sim, on_time, lambda n: _best_fit_score(sim, j, n))
+    return sim.wait_action()
+
+
+def _tightest_partly_used(sim: ReferenceSim, n: int, gpu_milli: int) -> int | None:
+    """Least free milli over node n's partly used GPUs (free < 1000) with room for
+    ``gpu_milli``; None if there is no such GPU."""
+    return min((f for f in sim._free_gpus(n) if gpu_milli <= f < GPU_MILLI), default=None)
+
+
+def _latency_ratio(sim: ReferenceSim, j: int) -> np.float32:
+    """hops' ``(wait + work) / max(work, 1)`` with wait = t - arrival (float32, in that order)."""
+    job = sim.jobs[j]
+    wait_s = np.float32(sim.time_s - job.arrival_s)
+    return np.float32((wait_s + job.work_s) / max(job.work_s, np.float32(1)))
+
+
+def _speed_score(sim: ReferenceSim, j: int, n: int) -> int:
+    """hops' ``floor(100 * speed[n] / best_speed)`` (float32 product, then division) for GPU
+    jobs, best_speed the top speed over the nodes j can run on; 0 for CPU-only jobs."""
+    if sim.jobs[j].num_gpu == 0:
+        return 0
+    best_speed = max(sim.speed[m] for m in _runnable_nodes(sim, j))
+    return int(np.floor(np.float32(100) * sim.speed[n] / best_speed))
+
+
+def _hops_action(sim: ReferenceSim) -> int:
+    """hops (docs/schedulers.md), among the window slots whose job fits somewhere.
+
+    1. Fillers first: fractional jobs that fit a node on a partly used GPU. The smallest
+       ``gpu_milli`` (ties: the earlier slot) goes to the node whose tightest such GPU has
+       the least free milli (ties: rank).
+    2. Else the largest latency ratio (ties: the earlier slot), on the node with the top
+       ``(K - q) * speed_score + q * best_fit_score``, q = min(queue length, K) (ties: rank).
+    3. Else (nothing fits) wait.
+    """
+    mask, window = sim.place_mask(), sim.window()
+    fitting = [k for k in range(len(window)) if mask[k].any()]
+    if not fitting:
+        return sim.wait_action()
+    fillers = {}  # slot -> nodes where its job fits on a partly used GPU
+    for k in fitting:
+        job = sim.jobs[window[k]]
+        if _is_fractional(job.num_gpu, job.gpu_milli):
+            nodes = [n for n in range(sim.N)
+                     if mask[k, n] and _tightest_partly_used(sim, n, job.gpu_milli) is not None]
+            if nodes:
+                fillers[k] = nodes
+    if fillers:
+        k = min(fillers, key=lambda k: (sim.jobs[window[k]].gpu_milli, k))
+        milli = sim.jobs[window[k]].gpu_milli
+        return k * sim.N + _top_node(sim, fillers[k], lambda n: -_tightest_partly_used(sim, n, milli))
+    k = max(fitting, key=lambda k: (_latency_ratio(sim, window[k]), -k))
+    j, q = window[k], min(len(sim.queue), sim.K)
+    feasible = [n for n in range(sim.N) if mask[k, n]]
+    return k * sim.N + _top_node(
+        sim, feasible, lambda n: (sim.K - q) * _speed_score(sim, j, n) + q * _best_fit_score(sim, j, n))
+
+
+NODE_RULES = {
+    "first-fit": _first_fit_score,
+    "best-fit": _best_fit_score,
+    "sjf": _best_fit_score,  # shortest-first is the queue order (RefConfig.queue_order)
+    "spread": _spread_score,
+    "dot-product": _dot_product_score,
+    "gpu-packing": _gpu_packing_score,
+    "r&p": _gpu_packing_score,  # plus rescheduling passes (RefConfig.resched_*)
+    "gpu-clustering": _gpu_clustering_score,
+    "fgd": _fgd_score,
+}
+WINDOW_RULES = {
+    "elasticflow": _elasticflow_action,
+    "hops": _hops_action,
+}
 
 
 def heuristic_action(sim: ReferenceSim, policy: str) -> int:
-    """Flat action of a heuristic scheduler: "first-fit" or "best-fit" (SPEC.md).
+    """Flat action of the deterministic heuristic scheduler ``policy`` (SPEC.md).
 
-    Both take the first window slot (queue order) whose job fits some node. first-fit puts
-    it on the lowest-index feasible node; best-fit on the highest-scoring one, ties to the
-    lowest ``node_rank``. Returns the wait action when no job fits anywhere.
+    A node rule (``NODE_RULES``) takes the first window slot (queue order) whose job fits
+    some node and puts it on the feasible node with the top score, ties to the lowest
+    ``node_rank``; it waits when no job fits anywhere. A window rule (``WINDOW_RULES``)
+    chooses the slot and the action itself. The run's ``RefConfig`` must carry the
+    scheduler's GPU rule and queue order (the registry's ``env_config``).
     """
+    if policy in WINDOW_RULES:
+        return WINDOW_RULES[policy](sim)
+    if policy not in NODE_RULES:
+        raise ValueError(f"unknown policy {policy!r}; known: {sorted(NODE_RULES | WINDOW_RULES)}")
     mask = sim.place_mask()
     slots = [k for k in range(sim.K) if mask[k].any()]
     if not slots:
         return sim.wait_action()
     k = slots[0]
-    feasible = [n for n in range(sim.N) if mask[k, n]]
     j = sim.window()[k]
-    if policy == "first-fit":
-        n = feasible[0]
-    elif policy == "best-fit":
-        # The published min-max rescaling to 0-100 across feasible nodes is monotone, so it
-        # cannot change which node scores highest; it is skipped.
-        n = max(feasible, key=lambda n: (_best_fit_score(sim, j, n), -sim.node_rank[n]))
-    else:
-        raise ValueError(f"unknown policy {policy!r} (expected 'first-fit' or 'best-fit')")
-    return k * sim.N + n
+    feasible = [n for n in range(sim.N) if mask[k, n]]
+    return k * sim.N + _top_node(sim, feasible, lambda n: NODE_RULES[policy](sim, j, n))
 
 
 def run(cluster, jobs, frag_classes, config: RefConfig,

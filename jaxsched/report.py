@@ -12,7 +12,8 @@ from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJE
 
 # Metrics shown in the printed table, in this order (the CSVs hold every metric).
 HEADLINE = ("jct_mean", "jct_p95", "queue_delay_mean", "slowdown_mean", "makespan_s",
-            "gpu_alloc", "frag_rate", "finished", "failed", "dropped_overflow", "unfinished")
+            "gpu_alloc", "frag_rate", "migrations", "finished", "rejected", "failed",
+            "dropped_overflow", "unfinished")
 
 
 def summarize(per_episode: pd.DataFrame, by="scheduler") -> pd.DataFrame:

@@ -127,6 +127,11 @@ class Core:
     run_end_s     [R]     float32  ends first; entries past num_running are -1 / +inf
     run_head      []      int32    ring position of the running job that ends first
     num_running   []      int32
+    class_count   [N, C]  int32    jobs of each gpu-clustering class on each node (class 0
+                                   "share", class k "k GPUs"), C = G + 1, when
+                                   ``EnvConfig.track_job_classes``; else a [1, 1] placeholder
+    next_resched_s []     float32  time of the next rescheduling pass (+inf when off)
+    resched_due   []      bool     the event loop stopped because a pass is due now
     acc           sim.metrics.Accumulators
     done          []      bool     the episode has ended
     """
@@ -146,6 +151,9 @@ class Core:
     run_end_s: jax.Array
     run_head: jax.Array
     num_running: jax.Array
+    class_count: jax.Array
+    next_resched_s: jax.Array
+    resched_due: jax.Array
     acc: "object"
     done: jax.Array
 
@@ -154,12 +162,13 @@ class Core:
 class SimState:
     """One episode: the small ``core``, per-job records, the workload and episode constants.
 
-    Per-job records are written once, when ``step`` takes a decision about the job, and never
-    inside the event loop (so the loop carries only ``core``):
+    Per-job records are written when ``step`` takes a decision about the job, and by a
+    rescheduling pass when it moves the job; never inside the event loop (so the loop
+    carries only ``core``):
       outcome   [J] int32    OUTCOME_NONE / PLACED / REJECTED
-      node      [J] int32    node the job ran on (-1 if never placed)
+      node      [J] int32    node the job runs (ran) on, the last one if it migrated (-1 if never placed)
       gpu_bits  [J] int32    bit g set = the job holds GPU g of its node
-      start_s   [J] float32  start time (+inf if never started)
+      start_s   [J] float32  first start time (+inf if never started)
       end_s     [J] float32  end time (+inf if never started, or in static mode)
     jobs       Jobs          this episode's workload (read-only)
     unschedulable [J] bool   the job fits no node even of the empty cluster
@@ -185,6 +194,7 @@ class Observation:
     job_num_gpu, job_gpu_milli, job_cpu_milli, job_mem_mib, job_model_mask  [K] int32
     job_work_s   [K]     float32  work of the window jobs (seconds at speed 1.0)
     job_wait_s   [K]     float32  time each window job has waited so far
+    job_deadline_s [K]   float32  deadline of the window jobs (+inf: none, and for empty slots)
     place_mask   [K, N]  bool     job k fits on node n now
     action_mask  [K*N + K + 1] bool  legal flat actions (place, reject, wait)
     free_milli   [N, G]  int32;  free_cpu, free_mem [N] int32;  frag_node [N] float32
@@ -192,6 +202,8 @@ class Observation:
     cluster      Cluster          static capacities
     time_s       []      float32;  queue_len [] int32
     frag_classes FragClasses      FGD's target workload (what fgd scores against)
+    node_classes [N]     int32    gpu-clustering classes on each node: bit 0 "share", bit k
+                                  "k GPUs" (all 0 unless ``EnvConfig.track_job_classes``)
     """
 
     window_job: jax.Array
@@ -202,6 +214,7 @@ class Observation:
     job_model_mask: jax.Array
     job_work_s: jax.Array
     job_wait_s: jax.Array
+    job_deadline_s: jax.Array
     place_mask: jax.Array
     action_mask: jax.Array
     free_milli: jax.Array
@@ -213,6 +226,7 @@ class Observation:
     time_s: jax.Array
     queue_len: jax.Array
     frag_classes: FragClasses
+    node_classes: jax.Array
 
 
 def jobs_from_numpy(

@@ -15,6 +15,9 @@ from jaxsched.types import ALL_MODELS, FragClasses, jobs_from_numpy
 PAD_NODES = 6
 PAD_JOBS = 24
 MODELS = ("T4", "P100", "A10", "G2")  # speeds 0.45, 0.6, 1.1, 0.8
+# Deadline slacks (x work): 1.0 is met only at speed >= 1 (or by a CPU-only job started at
+# once), 1.5 not on T4 or P100, 2.5 on any model if the job starts soon enough.
+SLACKS = (1.0, 1.5, 2.5, np.inf)
 
 FRAG_CLASSES = FragClasses(
     cpu_milli=np.array([4000, 8000, 2000, 16000], np.int32),
@@ -43,8 +46,12 @@ def clusters(draw, max_nodes=PAD_NODES):
 
 
 @st.composite
-def workloads(draw, max_jobs=PAD_JOBS):
-    """A padded ``Jobs`` (numpy) of 1..max_jobs jobs with frequent same-time arrivals."""
+def workloads(draw, max_jobs=PAD_JOBS, slack_deadlines=False):
+    """A padded ``Jobs`` (numpy) of 1..max_jobs jobs with frequent same-time arrivals.
+
+    Deadlines: arrival + 1..5000 s, or with ``slack_deadlines`` ElasticFlow's arrival +
+    slack * work, slack drawn from ``SLACKS`` (+inf: no deadline).
+    """
     n = draw(st.integers(1, max_jobs))
     ints = lambda lo, hi: np.array(draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)))  # noqa: E731
     arrival = np.sort(ints(0, 60) * 5).astype(np.float32)
@@ -54,6 +61,10 @@ def workloads(draw, max_jobs=PAD_JOBS):
     gpu_milli = np.where(num_gpu == 1, frac, np.where(num_gpu > 1, 1000, 0))
     model_mask = np.array(draw(st.lists(st.sampled_from(
         [ALL_MODELS, cl.model_mask(["T4"]), cl.model_mask(["A10", "G2"])]), min_size=n, max_size=n)))
-    deadline = arrival + ints(1, 5000).astype(np.float32)
+    if slack_deadlines:
+        deadline = arrival + np.array(draw(st.lists(st.sampled_from(SLACKS), min_size=n, max_size=n)),
+                                      np.float32) * work
+    else:
+        deadline = arrival + ints(1, 5000).astype(np.float32)
     return jobs_from_numpy(arrival, work, num_gpu, gpu_milli, ints(0, 16) * 1000, ints(0, 8) * 1024,
                            model_mask=model_mask, deadline_s=deadline, pad_to=max_jobs)

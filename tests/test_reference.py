@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from jaxsched import cluster as C
-from jaxsched.reference import RefConfig, ReferenceSim, heuristic_action, run
-from jaxsched.types import ALL_MODELS, FragClasses, jobs_from_numpy
+from jaxsched.reference import RefConfig, ReferenceSim, _fgd_int_score, heuristic_action, run
+from jaxsched.types import ALL_MODELS, OUTCOME_PLACED, OUTCOME_REJECTED, FragClasses, jobs_from_numpy
 
 V100, T4 = C.model_id("V100"), C.model_id("T4")
 
@@ -327,6 +327,177 @@ def test_heuristics_backfill_within_the_window():
     mask = sim.place_mask()
     assert not mask[0].any() and mask[1, 0]
     assert heuristic_action(sim, "best-fit") == 1 * sim.N + 0
+
+
+# ---------------------------------------------------------------- the other registry heuristics
+
+def test_spread_and_dot_product_by_hand():
+    # 1 GPU and 4 cores on n0 (8 GPUs, 96 cores) or n1 (2 GPUs, 16 cores):
+    #   spread: n0 int(100 * (0.5*92000/128000 + 0.5*7000/8000)) = int(79.69) = 79,
+    #           n1 int(100 * (0.5*12000/128000 + 0.5*1000/8000)) = int(10.94) = 10 -> n0;
+    #   dot-product: n0 dot = 96000*4000/128000^2 + 8000*1000/8000^2 = 0.1484 -> int(92.58) = 92,
+    #                n1 dot = 16000*4000/128000^2 + 2000*1000/8000^2 = 0.0352 -> int(98.24) = 98 -> n1.
+    cluster = make_cluster(("V100", 8, 96000, 393216), ("V100", 2, 16000, 65536))
+    jobs = make_jobs([gpu_job(0, 10, cpu_milli=4000)])
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "spread")["node"][0] == 0
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "dot-product")["node"][0] == 1
+    # 16 cores, no GPU, on n0 (no GPU, 64 cores) or n1 (8 free GPUs, 32 cores):
+    #   best-fit: n0 int(100 * (1 - 0.5*48000/128000)) = 81, n1 int(100 * (1 - 0.0625 - 0.5)) = 43 -> n0;
+    #   dot-product ignores the unrequested GPUs: n0 int(100 * (1 - 0.0625/2)) = 96,
+    #   n1 int(100 * (1 - 0.03125/2)) = 98 -> n1.
+    cluster = make_cluster(("V100", 0, 64000, 65536), ("V100", 8, 32000, 65536))
+    jobs = make_jobs([(0, 10, 0, 0, 16000, 1024)])
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "best-fit")["node"][0] == 0
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "dot-product")["node"][0] == 1
+
+
+def test_gpu_packing_tiers_by_hand():
+    # Static mode, n0 4 GPUs, n1 2 GPUs, n2 8 GPUs, all empty at first.
+    #   j0 0.5: every node empty -> tier 3 max(33 - g, g): 29, 31, 25 -> n1 (g0 -> 500 free)
+    #   j1 0.4: n1's tightest GPU with room (500) is partly used -> tier 1
+    #           max(100 - (500*100//1000)//10, 50) = 95 -> n1 (g0 -> 100 free)
+    #   j2 1 GPU: n1 has a used GPU -> tier 2 max(50 - 1, 33) = 49 -> n1 g1
+    #   j3 2 GPUs: n1 is full; n0 29, n2 25 -> n0 g0 g1
+    #   j4 0.3: n0's tightest GPU with room is wholly free -> tier 2, 49 -> n0 g2
+    #   j5 CPU-only: 0 everywhere -> the lowest rank, n0
+    cluster = make_cluster(("V100", 4, 64000, 262144), ("V100", 2, 64000, 262144), ("V100", 8, 64000, 262144))
+    jobs = make_jobs([gpu_job(0, 10, gpu_milli=500), gpu_job(1, 10, gpu_milli=400), gpu_job(2, 10),
+                      gpu_job(3, 10, num_gpu=2), gpu_job(4, 10, gpu_milli=300), (5, 10, 0, 0, 1000, 1024)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(mode="static"), "gpu-packing")
+    assert out["node"].tolist() == [1, 1, 1, 0, 0, 0]
+    assert out["gpu_bits"].tolist() == [0b1, 0b1, 0b10, 0b11, 0b100, 0]
+
+
+def test_gpu_clustering_uses_exact_job_classes():
+    # Static mode, two 2-GPU nodes. Score: 25 * (8000 - free) // 8000 + class bonus.
+    #   j0 0.5: both 18 + 25 (no GPU job) = 43 -> n0 (rank), g0
+    #   j1 0.5: n0 20 + 75 (only "share") = 95, n1 43 -> n0, g0 (now full)
+    #   j2 1 GPU: n0 21 + 0 (only another class) = 21, n1 43 -> n1. Read off the GPUs, n0's
+    #      full g0 would look like a "1 GPU" job: 21 + 75.
+    #   j3 0.5: n0 21 + 75 = 96, n1 21 + 0 -> n0
+    cluster = make_cluster(("V100", 2, 32000, 65536), ("V100", 2, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 10, gpu_milli=500), gpu_job(1, 10, gpu_milli=500), gpu_job(2, 10),
+                      gpu_job(3, 10, gpu_milli=500)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(mode="static"), "gpu-clustering")
+    assert out["node"].tolist() == [0, 0, 1, 0]
+    # Dynamic mode: a class leaves with its job. j0 (1 GPU) runs on n0 over [0, 10); at 20
+    # n0 hosts nothing again, so the half-GPU j1 scores 18 + 25 on both nodes -> n0 (rank).
+    jobs = make_jobs([gpu_job(0, 10), gpu_job(20, 10, gpu_milli=500)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "gpu-clustering")
+    assert out["node"].tolist() == [0, 0]
+
+
+def test_fgd_node_score_and_gpu_choice_by_hand():
+    # Target workload: only 0.5-GPU jobs with 1 core. Static mode, n0 2 GPUs / 32 cores,
+    # n1 1 GPU / 8 cores.
+    #   j0 0.4: no GPU becomes too small for 0.5 anywhere -> delta 0 -> 50 on every GPU;
+    #      n0 by rank, GPU g0 (tie, lowest index) -> n0 free [600, 1000].
+    #   j1 0.2: on n0 g0 -> [400, 1000]: 400 too small, delta -400 -> int(100 sigmoid(-0.4)) = 40;
+    #      on n0 g1 -> [600, 800]: delta 0 -> 50; n1 -> [800]: 50. n0 (rank) on g1, where
+    #      best-fit would take g0 (least free).
+    #   j2 7.5 cores, no GPU: n0 keeps 22.5 cores -> 50; n1 would keep 0.5 < 1 core, so its
+    #      1000 idle milli become fragment: delta -1000 -> int(100 sigmoid(-1)) = 26.
+    cluster = make_cluster(("V100", 2, 32000, 65536), ("V100", 1, 8000, 65536))
+    only_half = frag_classes((1000, 500, 1, 1.0))
+    cpu_only = (2, 10, 0, 0, 7500, 1024)
+    jobs = make_jobs([gpu_job(0, 10, gpu_milli=400), gpu_job(1, 10, gpu_milli=200), cpu_only])
+    out = run(cluster, jobs, only_half, RefConfig(mode="static", gpu_rule="fgd"), "fgd")
+    assert out["node"].tolist() == [0, 0, 0]
+    assert out["gpu_bits"].tolist() == [0b01, 0b10, 0]
+    out = run(cluster, jobs, only_half, RefConfig(mode="static", gpu_rule="best-fit"), "fgd")
+    assert out["gpu_bits"].tolist() == [0b01, 0b01, 0]
+    # The CPU-only job alone, with n1 ranked first: the score (50 vs 26) still picks n0.
+    out = run(cluster, make_jobs([cpu_only]), only_half, RefConfig(mode="static", gpu_rule="fgd"), "fgd",
+              node_rank=np.array([1, 0]))
+    assert out["node"][0] == 0
+
+
+def test_fgd_integer_score_is_float32_like_the_env():
+    # int(100 * sigmoid(delta / 1000)) in float32 (checked against jaxsched.sim.frag.fgd_score):
+    # delta -1.2e-4 gives exp(1.2e-7) = 1 + 2^-23, and 1 + that rounds to 2 (ties to even):
+    # exactly 0.5 -> 50 (NumPy's float32 exp is one ulp high there: 49). From about -1.8e-4
+    # on the sum no longer rounds back to 2: 49.
+    assert [_fgd_int_score(np.float32(d)) for d in (0, -1.2e-4, -2e-4, 100, -300, -400, -1000)] == \
+        [50, 50, 49, 52, 42, 40, 26]
+
+
+def test_buddy_gpu_rule_keeps_multi_gpu_jobs_in_aligned_blocks():
+    # One 8-GPU node, static mode: j0 1 GPU -> g0; j1 2 GPUs: block [0, 2) has one free GPU,
+    # so block [2, 4); j2 1 GPU -> g1; j3 3 GPUs (blocks of 4): [0, 4) is full -> g4 g5 g6.
+    # best-fit's rule takes the lowest-index free GPUs instead: g1 g2 for j1, g3 for j2.
+    cluster = make_cluster(("V100", 8, 96000, 393216))
+    jobs = make_jobs([gpu_job(0, 10), gpu_job(1, 10, num_gpu=2), gpu_job(2, 10), gpu_job(3, 10, num_gpu=3)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(mode="static", gpu_rule="buddy"), "first-fit")
+    assert out["gpu_bits"].tolist() == [0b1, 0b1100, 0b10, 0b1110000]
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(mode="static"), "first-fit")
+    assert out["gpu_bits"].tolist() == [0b1, 0b110, 0b1000, 0b1110000]
+    # No aligned block with room: on a 4-GPU node g0 and g2 are busy when the 2-GPU j3 can
+    # start (t = 10, j1 done), so it takes the lowest-index free GPUs, g1 and g3.
+    cluster = make_cluster(("V100", 4, 64000, 262144))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(0, 10), gpu_job(0, 100), gpu_job(0, 10, num_gpu=2)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(gpu_rule="buddy"), "first-fit")
+    assert out["gpu_bits"].tolist() == [0b1, 0b10, 0b100, 0b1010]
+    assert out["start_s"][3] == 10
+
+
+ELASTICFLOW = RefConfig(queue_order="edf", gpu_rule="buddy")
+
+
+def test_elasticflow_rejects_a_job_that_can_no_longer_meet_its_deadline():
+    # A T4 (speed 0.45) runs j0 (work 100, deadline 100) in 222 s: hopeless, rejected at once.
+    cluster = make_cluster(("T4", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(0, 100)], deadline_s=np.float32([100, np.inf]))
+    out = run(cluster, jobs, ONE_GPU_CLASS, ELASTICFLOW, "elasticflow")
+    assert out["outcome"].tolist() == [OUTCOME_REJECTED, OUTCOME_PLACED]
+    assert out["metrics"]["rejected"] == 1
+
+
+def test_elasticflow_waits_for_a_node_that_meets_the_deadline():
+    # n0 T4 (0.45), n1 A10 (1.1). j0 (work 11, deadline 11) meets it only on n1 (ends at 10).
+    # j1 and j2 (work 110, deadline 165) would miss it on n0 (244 s) and wait for n1:
+    # j1 gets it at 10 (ends 110 <= 165); at 110 j2 would end at 210 on n1: hopeless, rejected.
+    cluster = make_cluster(("T4", 1, 32000, 65536), ("A10", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 11), gpu_job(0, 110), gpu_job(0, 110)],
+                     deadline_s=np.float32([11, 165, 165]))
+    out = run(cluster, jobs, ONE_GPU_CLASS, ELASTICFLOW, "elasticflow")
+    assert out["outcome"].tolist() == [OUTCOME_PLACED, OUTCOME_PLACED, OUTCOME_REJECTED]
+    assert out["node"].tolist()[:2] == [1, 1]
+    assert out["start_s"].tolist()[:2] == [0, 10]
+
+
+def test_hops_weighs_speed_against_packing_by_queue_pressure():
+    # n0 T4 (0.45) 1 GPU / 8 cores, n1 A10 (1.1) 8 GPUs / 96 cores; jobs 1 GPU, no CPU; K = 3.
+    #   speed_score: n0 floor(100 * 0.45 / 1.1) = 40, n1 100; best_fit_score: n0 96, n1 18.
+    #   One queued job (q = 1): 2 * speed + 1 * best-fit: n0 176, n1 218 -> n1, the fast model.
+    #   Three queued (q = 3): best-fit only -> n0 for the first; then n0 is full.
+    cluster = make_cluster(("T4", 1, 8000, 65536), ("A10", 8, 96000, 393216))
+    config = RefConfig(window=3)
+    out = run(cluster, make_jobs([gpu_job(0, 10, cpu_milli=0)]), ONE_GPU_CLASS, config, "hops")
+    assert out["node"].tolist() == [1]
+    out = run(cluster, make_jobs([gpu_job(0, 10, cpu_milli=0)] * 3), ONE_GPU_CLASS, config, "hops")
+    assert out["node"].tolist() == [0, 1, 1]
+
+
+def test_hops_fills_partly_used_gpus_with_the_smallest_job_first():
+    # Two 2-GPU nodes, K = 3. j0 (0.3) lands on n0 g0 -> 700 free. At t = 1 the window is
+    # [j1 (1 GPU), j2 (0.6), j3 (0.5)]: j2 and j3 both fit g0; the smaller, j3, goes first
+    # (g0 -> 200 free), so j2 no longer fits there. Then by latency ratio (all equal) j1,
+    # on n0 (q = 2: 100 + 2*86 beats n1's 100 + 2*81), and j2 on n1.
+    cluster = make_cluster(("V100", 2, 32000, 65536), ("V100", 2, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 1000, gpu_milli=300, cpu_milli=0), gpu_job(1, 50, cpu_milli=0),
+                      gpu_job(1, 50, gpu_milli=600, cpu_milli=0), gpu_job(1, 50, gpu_milli=500, cpu_milli=0)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(window=3), "hops")
+    assert out["node"].tolist() == [0, 0, 1, 0]
+    assert out["gpu_bits"].tolist() == [0b01, 0b10, 0b01, 0b01]
+
+
+def test_hops_serves_the_largest_latency_ratio_first():
+    # One GPU, busy with j0 over [0, 100). At 100: j1 (arrived 0, work 1000) has ratio
+    # (100 + 1000) / 1000 = 1.1, j2 (arrived 50, work 10) (50 + 10) / 10 = 6: j2 first.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(0, 1000), gpu_job(50, 10)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "hops")
+    assert out["start_s"].tolist() == [0, 110, 100]
 
 
 def test_padding_nodes_and_jobs_are_ignored():

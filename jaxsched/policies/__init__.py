@@ -2,8 +2,8 @@
 
 A policy is ``policy(params, obs, key) -> flat action`` (see ``sim.env``); heuristics take
 ``params=None``. Add your own by writing such a function and registering it here.
-Definitions: ../shared/SPEC.md, "Heuristic schedulers" (elasticflow, hops and r&p need env
-features that are not there yet).
+Definitions: ../shared/SPEC.md, "Heuristic schedulers"; the project's exact readings of
+elasticflow, hops, r&p and rescheduling (whose internals are not public): docs/schedulers.md.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Callable
 
 from jaxsched.policies.best_fit import best_fit
 from jaxsched.policies.dot_product import dot_product
+from jaxsched.policies.elasticflow import elasticflow
 from jaxsched.policies.fgd import fgd
 from jaxsched.policies.first_fit import first_fit
 from jaxsched.policies.gpu_clustering import gpu_clustering
 from jaxsched.policies.gpu_packing import gpu_packing
+from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
@@ -24,21 +26,34 @@ from jaxsched.policies.spread import spread
 
 @dataclasses.dataclass(frozen=True)
 class Scheduler:
-    """A registry entry: the node rule (a policy), the GPU rule inside the node, and the
-    queue order it needs (None: whatever the run's config says, FIFO by default)."""
+    """A registry entry: the node rule (a policy), the GPU rule inside the node, and what
+    it needs from the env: a queue order (None: the run's, FIFO by default), per-node job
+    classes, rescheduling passes (the run's settings if it turns them on, else DRR's
+    published interval, ``DRR_RESCHED_INTERVAL_S``)."""
 
     name: str
     policy: Callable
     gpu_rule: str = "best-fit"
     description: str = ""
     queue_order: str | None = None
+    track_job_classes: bool = False
+    rescheduling: bool = False
 
     def env_config(self, config):
-        """``config`` (an ``EnvConfig``) with this scheduler's GPU rule and queue order applied."""
+        """``config`` (an ``EnvConfig``) with what this scheduler needs applied."""
         changes = {"gpu_rule": self.gpu_rule}
         if self.queue_order is not None:
             changes["queue_order"] = self.queue_order
+        if self.track_job_classes:
+            changes["track_job_classes"] = True
+        if self.rescheduling and not config.rescheduling:
+            changes["resched_interval_s"] = DRR_RESCHED_INTERVAL_S
         return dataclasses.replace(config, **changes)
+
+
+# DRR's published ``--re_time``; its ``--re_num 5`` and ``--util_threshold 0.5`` are the
+# EnvConfig defaults (resched_max_moves, resched_util_threshold).
+DRR_RESCHED_INTERVAL_S = 3600.0
 
 
 REGISTRY = {
@@ -52,9 +67,19 @@ REGISTRY = {
         Scheduler("gpu-packing", gpu_packing, "best-fit",
                   "FGD paper's GpuPacking: partly used GPUs, then used nodes, then small empty nodes"),
         Scheduler("gpu-clustering", gpu_clustering, "best-fit",
-                  "FGD paper's GpuClustering: nodes hosting the same job class (classes read off GPUs)"),
+                  "FGD paper's GpuClustering: nodes hosting the same job class",
+                  track_job_classes=True),
         Scheduler("fgd", fgd, "fgd", "Fragmentation Gradient Descent (Weng et al., ATC '23)"),
         Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
+        Scheduler("r&p", gpu_packing, "best-fit",
+                  "reschedule & pack: gpu-packing plus DRR's periodic migration pass",
+                  rescheduling=True),
+        Scheduler("elasticflow", elasticflow, "buddy",
+                  "ElasticFlow-style: deadline admission control, EDF, buddy GPU blocks",
+                  queue_order="edf"),
+        Scheduler("hops", hops, "best-fit",
+                  "Hops-style: fill GPU fragments smallest first, else latency-ratio fairness "
+                  "with speed vs packing weighted by queue pressure", queue_order="fifo"),
     )
 }
 

@@ -26,6 +26,18 @@ def window_job(obs: Observation, slot):
     }
 
 
+def can_run_empty(obs: Observation):
+    """[K, N] bool: window job k can run on node n of the *empty* cluster (docs/schedulers.md):
+    n is valid, has the CPU and memory capacity, and the job is CPU-only or the node's model
+    is allowed and it has at least ``num_gpu`` GPUs."""
+    c = obs.cluster
+    num_gpu = obs.job_num_gpu[:, None]
+    model_ok = (obs.job_model_mask[:, None] >> c.gpu_model) & 1 == 1
+    gpu_ok = (num_gpu == 0) | (model_ok & (c.num_gpus >= num_gpu))
+    return (c.valid & (c.cpu_milli >= obs.job_cpu_milli[:, None])
+            & (c.mem_mib >= obs.job_mem_mib[:, None]) & gpu_ok)
+
+
 def best_node(scores, feasible, node_rank):
     """Feasible node with the highest score; ties go to the lowest rank. scores [N] (int or float)."""
     top = jnp.where(feasible, scores, -jnp.inf).max()

@@ -15,6 +15,7 @@ is summed from exact integer per-class differences, so "no change" is exactly 0 
 whatever the float rounding of F_n itself.
 """
 
+import jax
 import jax.numpy as jnp
 
 from jaxsched.policies.common import best_node, first_fitting_slot, place_or_wait, window_job
@@ -50,28 +51,32 @@ def fgd_scores(obs, job):
     idle = obs.free_milli.sum(-1)[:, None]  # [N, 1]
     before = _class_frag(enough, too_small, idle, obs.free_cpu[:, None], static_fit, classes)
     cpu_after = (obs.free_cpu - job["cpu_milli"])[:, None]  # [N, 1]
-    prob = classes.prob
 
-    # Whole-GPU or CPU-only job: k wholly free GPUs (1000 >= any class's gpu_milli) become 0.
-    k = jnp.where(job["gpu_milli"] < GPU_MILLI, 0, job["num_gpu"])
-    after = _class_frag(enough - k * (need > 0), too_small, idle - k * GPU_MILLI, cpu_after,
-                        static_fit, classes)
-    whole_delta = ((before - after).astype(jnp.float32) * prob).sum(-1)  # [N]
-    whole_score = frag.fgd_score(whole_delta, 0.0)
-
-    # Fractional job: GPU g goes from f_g to f_g - d; only g's terms change.
     d = job["gpu_milli"]
-    moved = free - d  # [N, G, 1]
-    enough_gd = enough[:, None] - enough_g + (exists & (moved >= need) & (need > 0))
-    small_gd = too_small[:, None] - small_g + jnp.where(exists & (moved < need), moved, 0)
-    after_g = _class_frag(enough_gd, small_gd, idle[:, None] - d, cpu_after[:, None],
-                          static_fit[:, None], classes)  # [N, G, M]
-    frac_delta = ((before[:, None] - after_g).astype(jnp.float32) * prob).sum(-1)  # [N, G]
-    room = obs.cluster.gpu_exists & (obs.free_milli >= d)
-    frac_score = jnp.where(room, frag.fgd_score(frac_delta, 0.0), jnp.iinfo(jnp.int32).min).max(-1)
 
-    fractional = (job["num_gpu"] == 1) & (d < GPU_MILLI)
-    return jnp.where(fractional, frac_score, whole_score).astype(jnp.int32)
+    def whole_or_cpu_only():
+        # k wholly free GPUs (1000 >= any class's gpu_milli) become 0.
+        k = jnp.where(d < GPU_MILLI, 0, job["num_gpu"])
+        after = _class_frag(enough - k * (need > 0), too_small, idle - k * GPU_MILLI, cpu_after,
+                            static_fit, classes)
+        delta = frag.frag_drop(before, after, classes)  # [N]
+        return frag.fgd_score(delta, 0.0)
+
+    def fractional():
+        # GPU g goes from f_g to f_g - d; only g's terms change.
+        moved = free - d  # [N, G, 1]
+        enough_gd = enough[:, None] - enough_g + (exists & (moved >= need) & (need > 0))
+        small_gd = too_small[:, None] - small_g + jnp.where(exists & (moved < need), moved, 0)
+        after_g = _class_frag(enough_gd, small_gd, idle[:, None] - d, cpu_after[:, None],
+                              static_fit[:, None], classes)  # [N, G, M]
+        delta = frag.frag_drop(before[:, None], after_g, classes)  # [N, G]
+        room = obs.cluster.gpu_exists & (obs.free_milli >= d)
+        return jnp.where(room, frag.fgd_score(delta, 0.0), jnp.iinfo(jnp.int32).min).max(-1)
+
+    # A real branch when not vmapped (the costly [N, G, M] pass only for fractional jobs);
+    # under vmap both run and one is selected.
+    is_fractional = (job["num_gpu"] == 1) & (d < GPU_MILLI)
+    return jax.lax.cond(is_fractional, fractional, whole_or_cpu_only).astype(jnp.int32)
 
 
 def fgd(params, obs, key):

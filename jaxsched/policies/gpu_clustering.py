@@ -5,12 +5,9 @@ A GPU job's class is "share" (fractional) or "k GPUs" (k whole GPUs). A node's s
 50 if this class among others, 25 if it hosts no GPU job, 0 if only other classes.
 CPU-only jobs score 0 on every node.
 
-Which classes a node hosts is history, not in the free-resource arrays. ``policy_params``
-may carry it exactly (``node_classes`` [N] int32, bit ``class_bit`` per hosted class, kept
-by the caller: see ``scripts/reproduce_fgd.py``); without it (``params=None``, the registry
-default) the policy reads it off the GPUs, which is an approximation: a partly used GPU means
-"share"; ``u`` fully used GPUs and no partly used one mean "u GPUs". It cannot tell a GPU
-filled by fractional jobs from a whole-GPU job, nor two 1-GPU jobs from one 2-GPU job.
+Which classes a node hosts is history, not in the free-resource arrays: the env keeps it
+exactly when ``EnvConfig.track_job_classes`` is on (the registry entry turns it on) and
+passes it as ``obs.node_classes`` (bit ``class_bit`` per hosted class).
 """
 
 import jax.numpy as jnp
@@ -27,15 +24,6 @@ def class_bit(num_gpu, gpu_milli):
     return jnp.where(num_gpu == 0, 0, jnp.where(share, 1, jnp.left_shift(1, num_gpu))).astype(jnp.int32)
 
 
-def approx_node_classes(obs):
-    """[N] int32 class bits read off the GPUs (see the module docstring for what it misses)."""
-    exists = obs.cluster.gpu_exists
-    partly = ((obs.free_milli > 0) & (obs.free_milli < GPU_MILLI) & exists).any(-1)
-    full = ((obs.free_milli == 0) & exists).sum(-1)
-    whole = jnp.where(partly | (full == 0), 0, jnp.left_shift(1, full))
-    return (jnp.where(partly, 1, 0) | whole).astype(jnp.int32)
-
-
 def gpu_clustering_scores(obs, job, node_classes):
     """[N] int32 GpuClustering score of every node for ``job`` (feasibility not applied)."""
     mine = class_bit(job["num_gpu"], job["gpu_milli"])
@@ -47,9 +35,8 @@ def gpu_clustering_scores(obs, job, node_classes):
 
 
 def gpu_clustering(params, obs, key):
-    """policy(node_classes or None, obs, key) -> flat action."""
-    del key
-    node_classes = approx_node_classes(obs) if params is None else params
+    """policy(params, obs, key) -> flat action (needs ``EnvConfig.track_job_classes``)."""
+    del params, key
     slot = first_fitting_slot(obs)
-    scores = gpu_clustering_scores(obs, window_job(obs, slot), node_classes)
+    scores = gpu_clustering_scores(obs, window_job(obs, slot), obs.node_classes)
     return place_or_wait(obs, slot, best_node(scores, obs.place_mask[slot], obs.node_rank))

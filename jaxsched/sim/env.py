@@ -46,11 +46,18 @@ class EnvConfig:
     queue_capacity: Q, queued jobs held; an arrival beyond it is dropped and counted.
     running_capacity: R, jobs running at once; while full no job can be placed (flagged).
     queue_order: "fifo" (arrival), "sjf" (least work first) or "edf" (earliest deadline).
-    gpu_rule: which GPUs of the chosen node a fractional job gets ("best-fit", "first-fit",
-      "random", "fgd"; see ``resources.choose_gpus``). The reference knows the first two.
+    gpu_rule: which GPUs of the chosen node a job gets ("best-fit", "first-fit", "random",
+      "fgd", "buddy"; see ``resources.choose_gpus``). The reference knows the first two.
     tie_break: "permutation" (a random node rank per episode) or "identity" (rank = index).
     reward_scale: reward = -(job-seconds spent in the system during the step) * reward_scale,
       so an episode's return is -(total JCT) * reward_scale. Default: job-hours.
+    track_job_classes: keep per node the gpu-clustering job classes it hosts
+      (``Observation.node_classes``); costs a [N, G+1] count array in the state.
+    resched_interval_s: seconds between rescheduling (migration) passes; 0 turns them off.
+      Dynamic mode only. Definition: docs/schedulers.md, "Rescheduling".
+    resched_max_moves: jobs moved per pass at most (DRR's ``re_num``).
+    resched_util_threshold: nodes whose GPU allocation is below this give jobs away.
+    migration_pause_s: seconds a moved job is paused (its cost).
     """
 
     mode: str = "dynamic"
@@ -61,6 +68,11 @@ class EnvConfig:
     gpu_rule: str = "best-fit"
     tie_break: str = "permutation"
     reward_scale: float = 1.0 / 3600.0
+    track_job_classes: bool = False
+    resched_interval_s: float = 0.0
+    resched_max_moves: int = 5
+    resched_util_threshold: float = 0.5
+    migration_pause_s: float = 60.0
 
     def __post_init__(self):
         def bad(field, why):
@@ -77,10 +89,24 @@ class EnvConfig:
             bad("queue_capacity", f"must be >= window ({self.window})")
         if not self.reward_scale >= 0:
             bad("reward_scale", "must be >= 0")
+        if not (self.resched_interval_s >= 0 and np.isfinite(self.resched_interval_s)):
+            bad("resched_interval_s", "must be a finite number >= 0 (0 = no rescheduling)")
+        if not isinstance(self.resched_max_moves, int) or self.resched_max_moves < 1:
+            bad("resched_max_moves", "must be a positive integer")
+        if not 0 <= self.resched_util_threshold <= 1:
+            bad("resched_util_threshold", "must be in [0, 1]")
+        if not (self.migration_pause_s >= 0 and np.isfinite(self.migration_pause_s)):
+            bad("migration_pause_s", "must be a finite number >= 0")
+        if self.rescheduling and self.static:
+            bad("resched_interval_s", "rescheduling needs dynamic mode (static jobs never end)")
 
     @property
     def static(self) -> bool:
         return self.mode == "static"
+
+    @property
+    def rescheduling(self) -> bool:
+        return self.resched_interval_s > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +147,9 @@ class ClusterEnv:
             node_rank = jax.random.permutation(key, cluster.num_nodes).astype(jnp.int32)
         else:
             node_rank = jnp.arange(cluster.num_nodes, dtype=jnp.int32)
+        t0 = jnp.where(jobs.valid[0], jobs.arrival_s[0], 0.0).astype(jnp.float32)
         core = Core(
-            time_s=jnp.where(jobs.valid[0], jobs.arrival_s[0], 0.0).astype(jnp.float32),
+            time_s=t0,
             next_arrival=jnp.int32(0),
             free_milli=free_milli,
             free_cpu=free_cpu,
@@ -138,6 +165,9 @@ class ClusterEnv:
             run_end_s=jnp.full(r, INF),
             run_head=jnp.int32(0),
             num_running=jnp.int32(0),
+            class_count=jnp.zeros(self._class_count_shape(cluster), jnp.int32),
+            next_resched_s=t0 + jnp.float32(cfg.resched_interval_s) if cfg.rescheduling else INF,
+            resched_due=jnp.bool_(False),
             acc=metrics.Accumulators.zeros(),
             done=jnp.bool_(False),
         )
@@ -152,7 +182,7 @@ class ClusterEnv:
             unschedulable=unschedulable,
             node_rank=node_rank,
         )
-        state = state.replace(core=self._advance(state, params))
+        state = self._advance(state, params)
         return state, self.observe(state, params)
 
     # ----- step ----------------------------------------------------------------------------
@@ -189,10 +219,10 @@ class ClusterEnv:
         free_cpu = core.free_cpu.at[n].add(-jnp.where(place, jobs.cpu_milli[j], 0))
         gpu_scores = None
         if cfg.gpu_rule == "fgd":
-            gpu_scores = frag.fgd_gpu_scores(free_row, free_cpu[n], cluster.gpu_model[n],
-                                             core.frag_node[n], jobs.gpu_milli[j], params.frag_classes)
+            gpu_scores = frag.fgd_gpu_scores(free_row, core.free_cpu[n], free_cpu[n], cluster.gpu_model[n],
+                                             jobs.gpu_milli[j], params.frag_classes)
         gpus = resources.choose_gpus(free_row, jobs.num_gpu[j], jobs.gpu_milli[j], cfg.gpu_rule,
-                                     key, gpu_scores)
+                                     key, gpu_scores, cluster.num_gpus[n])
         used_row = jnp.where(gpus & place, jobs.gpu_milli[j], 0)
         new_row = free_row - used_row
         free_mem = core.free_mem.at[n].add(-jnp.where(place, jobs.mem_mib[j], 0))
@@ -201,6 +231,7 @@ class ClusterEnv:
         end = INF if cfg.static else core.time_s + run_s
         core = self._set_node(core, n, new_row, free_cpu, free_mem,
                               jnp.where(place, node_frag, core.frag_node[n]))
+        core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], place.astype(jnp.int32))
         if not cfg.static:
             core = self._running_insert(core, j, end, place)
             core = core.replace(acc=core.acc.replace(running_full=core.acc.running_full | (
@@ -223,11 +254,11 @@ class ClusterEnv:
         )
         core = core.replace(acc=acc)
         if not cfg.static:
-            t_next = jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs))
+            t_next = self._next_event_time(core, jobs)
             core = self._move_clock(core, jnp.where(wait, t_next, core.time_s), params)
 
         in_system_before = state.core.acc.in_system_integral
-        state = state.replace(core=self._advance(state.replace(core=core), params))
+        state = self._advance(state.replace(core=core), params)
         reward = -(state.core.acc.in_system_integral - in_system_before) * cfg.reward_scale
         reward = jnp.where(live, reward, 0.0)
         return state, self.observe(state, params), reward, state.core.done, {"legal": legal}
@@ -251,6 +282,7 @@ class ClusterEnv:
             job_model_mask=pick(jobs.model_mask),
             job_work_s=pick(jobs.work_s, 0.0),
             job_wait_s=pick(core.time_s - jobs.arrival_s, 0.0),
+            job_deadline_s=pick(jobs.deadline_s, INF),
             place_mask=place_mask,
             action_mask=jnp.concatenate([place_mask.ravel(), occupied, wait_ok[None]]),
             free_milli=core.free_milli,
@@ -262,6 +294,7 @@ class ClusterEnv:
             time_s=core.time_s,
             queue_len=core.queue_len,
             frag_classes=params.frag_classes,
+            node_classes=self._node_classes(core, params.cluster),
         )
 
     def metrics(self, state: SimState, params: EnvParams) -> dict:
@@ -290,6 +323,18 @@ class ClusterEnv:
         p = core.next_arrival
         return jnp.where(p < jobs.num_jobs, jobs.arrival_s[jnp.minimum(p, jobs.num_jobs - 1)], INF)
 
+    def _next_resched_time(self, core: Core, jobs: Jobs):
+        """Time of the next rescheduling pass; +inf when off or when no other event is left."""
+        if not self.config.rescheduling:
+            return INF
+        other_event = (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
+        return jnp.where(other_event, core.next_resched_s, INF)
+
+    def _next_event_time(self, core: Core, jobs: Jobs):
+        """Earliest of the next completion, arrival and rescheduling pass (+inf when none)."""
+        return jnp.minimum(jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs)),
+                           self._next_resched_time(core, jobs))
+
     def _future_event_exists(self, core: Core, jobs: Jobs):
         if self.config.static:
             return jnp.bool_(False)
@@ -315,6 +360,27 @@ class ClusterEnv:
             whole_free=core.whole_free.at[n].set(whole_free),
         )
 
+    def _class_count_shape(self, cluster) -> tuple:
+        """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking
+        (checkpointers refuse zero-size arrays)."""
+        return (cluster.num_nodes, cluster.max_gpus + 1) if self.config.track_job_classes else (1, 1)
+
+    def _count_class(self, core: Core, n, num_gpu, gpu_milli, delta):
+        """Add ``delta`` (int32) jobs of the (num_gpu, gpu_milli) class to node n's counts."""
+        if not self.config.track_job_classes:
+            return core
+        share = (num_gpu == 1) & (gpu_milli < GPU_MILLI)
+        c = jnp.where(share, 0, num_gpu)
+        delta = jnp.where(num_gpu > 0, delta, 0)  # CPU-only jobs have no class
+        return core.replace(class_count=core.class_count.at[n, c].add(delta))
+
+    def _node_classes(self, core: Core, cluster):
+        """[N] int32 class bits (bit c set = some job of class c is on the node)."""
+        if not self.config.track_job_classes:
+            return jnp.zeros(cluster.num_nodes, jnp.int32)
+        bits = jnp.left_shift(1, jnp.arange(core.class_count.shape[-1], dtype=jnp.int32))
+        return jnp.where(core.class_count > 0, bits, 0).sum(-1, dtype=jnp.int32)
+
     def _next_end_time(self, core: Core):
         """End time of the running job that ends first (+inf when none): O(1), the ring is sorted."""
         return core.run_end_s[core.run_head]
@@ -328,6 +394,18 @@ class ClusterEnv:
             active, jnp.where(logical < pos, arr, jnp.where(logical == pos, x, jnp.roll(arr, 1))), arr)
         return core.replace(run_job=put(core.run_job, j), run_end_s=put(core.run_end_s, end),
                             num_running=core.num_running + active)
+
+    def _running_remove(self, core: Core, pos, active):
+        """Remove ring position ``pos`` when ``active``; the rest stay sorted. O(R)."""
+        r = core.run_job.shape[0]
+        logical = (jnp.arange(r) - core.run_head) % r
+        at = (pos - core.run_head) % r
+        last = logical == core.num_running - 1
+        take = lambda arr, empty: jnp.where(  # noqa: E731
+            active & (logical >= at) & (logical < core.num_running),
+            jnp.where(last, empty, jnp.roll(arr, -1)), arr)
+        return core.replace(run_job=take(core.run_job, -1), run_end_s=take(core.run_end_s, INF),
+                            num_running=core.num_running - active)
 
     def _queue_remove(self, core: Core, slot, active):
         """Remove queue position ``slot`` when ``active``; the others keep their order."""
@@ -375,6 +453,7 @@ class ClusterEnv:
         core = self._set_node(core, n, new_row, free_cpu,
                               core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
                               jnp.where(active, node_frag, core.frag_node[n]))
+        core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -active.astype(jnp.int32))
         return core.replace(
             run_job=core.run_job.at[slot].set(jnp.where(active, -1, core.run_job[slot])),
             run_end_s=core.run_end_s.at[slot].set(jnp.where(active, INF, core.run_end_s[slot])),
@@ -395,8 +474,25 @@ class ClusterEnv:
         )
         return core.replace(acc=acc, next_arrival=core.next_arrival + active)
 
-    def _advance(self, state: SimState, params: EnvParams) -> Core:
-        """Event loop: process events until a decision point or the end of the episode."""
+    def _advance(self, state: SimState, params: EnvParams) -> SimState:
+        """Process events until a decision point or the end of the episode.
+
+        The inner loop carries only ``core``. It stops early when a rescheduling pass is due;
+        the pass then runs here, on the whole state (it rewrites moved jobs' records), and
+        the loop resumes. Passes are rare (one per ``resched_interval_s``).
+        """
+        state = state.replace(core=self._event_loop(state, params))
+        if not self.config.rescheduling:
+            return state
+
+        def pass_then_resume(state):
+            state = self._reschedule(state, params)
+            return state.replace(core=self._event_loop(state, params))
+
+        return jax.lax.while_loop(lambda s: s.core.resched_due, pass_then_resume, state)
+
+    def _event_loop(self, state: SimState, params: EnvParams) -> Core:
+        """Handle one event per turn until a decision point, the end, or a due pass."""
         body = self._static_turn if self.config.static else self._dynamic_turn
         core, _ = jax.lax.while_loop(
             lambda carry: ~carry[1],
@@ -406,11 +502,16 @@ class ClusterEnv:
         return core
 
     def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams):
-        """One loop turn: stop at a decision point, or (move the clock and) handle one event."""
+        """One loop turn: stop at a decision point, or (move the clock and) handle one event.
+
+        At one instant completions come first, then arrivals, then a rescheduling pass (which
+        stops the loop so ``_advance`` can run it).
+        """
         jobs = state.jobs
         t_done = self._next_end_time(core)
         t_arrival = self._next_arrival_time(core, jobs)
-        t_next = jnp.minimum(t_done, t_arrival)
+        t_resched = self._next_resched_time(core, jobs)
+        t_next = jnp.minimum(jnp.minimum(t_done, t_arrival), t_resched)
         no_event = t_next == INF
         boundary = t_next > core.time_s  # every event at the current instant is handled
         decision = boundary & self._place_mask(core, jobs, params.cluster).any()
@@ -418,10 +519,96 @@ class ClusterEnv:
         stop = decision | finished
         move = boundary & ~stop
         core = self._move_clock(core, jnp.where(move, t_next, core.time_s), params)
-        completion_first = t_done <= t_arrival
-        core = self._complete(state, core, params, ~stop & completion_first)
-        core = self._arrive_dynamic(state, core, ~stop & ~completion_first)
-        return core.replace(done=core.done | finished), stop
+        completion = t_done <= jnp.minimum(t_arrival, t_resched)
+        arrival = ~completion & (t_arrival <= t_resched)
+        core = self._complete(state, core, params, ~stop & completion)
+        core = self._arrive_dynamic(state, core, ~stop & arrival)
+        due = ~stop & ~completion & ~arrival
+        return core.replace(done=core.done | finished, resched_due=due), stop | due
+
+    # ----- rescheduling (docs/schedulers.md, "Rescheduling") ------------------------------
+    def _reschedule(self, state: SimState, params: EnvParams) -> SimState:
+        """One pass at the current time: up to ``resched_max_moves`` moves, then the next pass time."""
+        cfg = self.config
+        state = jax.lax.fori_loop(0, cfg.resched_max_moves,
+                                  lambda _, s: self._migrate_one(s, params), state)
+        core = state.core
+        return state.replace(core=core.replace(
+            next_resched_s=core.next_resched_s + jnp.float32(cfg.resched_interval_s),
+            resched_due=jnp.bool_(False)))
+
+    def _migrate_one(self, state: SimState, params: EnvParams) -> SimState:
+        """Move one running GPU job off an under-allocated node to a more allocated one, if any."""
+        cfg, cluster, jobs, core = self.config, params.cluster, state.jobs, state.core
+        t, n_nodes = core.time_s, cluster.num_nodes
+        big = jnp.iinfo(jnp.int32).max
+
+        # Exact node allocation: used milli * 840 / num_gpus (840 = lcm(1..8)), an int32.
+        num_gpus = jnp.where(cluster.valid, cluster.num_gpus, 0)
+        used = num_gpus * GPU_MILLI - core.free_milli.sum(-1)
+        alloc840 = used * (840 // jnp.maximum(num_gpus, 1))
+        source = (num_gpus > 0) & (alloc840.astype(jnp.float32)
+                                   < jnp.float32(cfg.resched_util_threshold) * 840000)
+
+        # Candidates: ring entries holding a GPU job on a source node that has a destination.
+        rj = jnp.maximum(core.run_job, 0)  # [R]
+        src = state.node[rj]
+        candidate = (core.run_job >= 0) & (jobs.num_gpu[rj] > 0) & source[src]
+        fit = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
+                             jobs.num_gpu[rj], jobs.gpu_milli[rj], jobs.cpu_milli[rj],
+                             jobs.mem_mib[rj], jobs.model_mask[rj])  # [R, N]
+        dest_ok = (fit & (jnp.arange(n_nodes) != src[:, None])
+                   & (alloc840[None, :] > alloc840[src][:, None]))
+        movable = candidate & dest_ok.any(-1)
+
+        # The job: least allocated source node, then longest remaining time, then lowest index.
+        src_alloc = jnp.where(movable, alloc840[src], big)
+        tier = movable & (src_alloc == src_alloc.min())
+        remaining = jnp.where(tier, core.run_end_s - t, -INF)
+        tier = tier & (remaining == remaining.max())
+        pos = jnp.argmin(jnp.where(tier, rj, big))
+        move = movable.any()
+        j, s = rj[pos], src[pos]
+        # Its destination: the most allocated node it fits; ties by rank.
+        dest_alloc = jnp.where(dest_ok[pos], alloc840, -1)
+        tied = dest_ok[pos] & (dest_alloc == dest_alloc.max())
+        d = jnp.argmin(jnp.where(tied, state.node_rank, big))
+
+        # Release on the source.
+        num_gpu, gpu_milli = jobs.num_gpu[j], jobs.gpu_milli[j]
+        cpu, mem = jnp.where(move, jobs.cpu_milli[j], 0), jnp.where(move, jobs.mem_mib[j], 0)
+        old_gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
+        src_row = core.free_milli[s] + jnp.where(old_gpus & move, gpu_milli, 0)
+        free_cpu, free_mem = core.free_cpu.at[s].add(cpu), core.free_mem.at[s].add(mem)
+        src_frag = frag.node_frag(src_row, free_cpu[s], cluster.gpu_model[s], params.frag_classes)
+        core = self._set_node(core, s, src_row, free_cpu, free_mem,
+                              jnp.where(move, src_frag, core.frag_node[s]))
+        # Take GPUs on the destination by best fit.
+        new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "best-fit")
+        dest_row = core.free_milli[d] - jnp.where(new_gpus & move, gpu_milli, 0)
+        free_cpu, free_mem = core.free_cpu.at[d].add(-cpu), core.free_mem.at[d].add(-mem)
+        dest_frag = frag.node_frag(dest_row, free_cpu[d], cluster.gpu_model[d], params.frag_classes)
+        core = self._set_node(core, d, dest_row, free_cpu, free_mem,
+                              jnp.where(move, dest_frag, core.frag_node[d]))
+        core = self._count_class(core, s, num_gpu, gpu_milli, -move.astype(jnp.int32))
+        core = self._count_class(core, d, num_gpu, gpu_milli, move.astype(jnp.int32))
+
+        # Pause, then the rest of its work at the destination's speed; re-sort the ring.
+        pause = jnp.float32(cfg.migration_pause_s)
+        end = core.run_end_s[pos]
+        new_end = (t + pause) + ((end - t) * cluster.speed[s]) / cluster.speed[d]
+        core = self._running_insert(self._running_remove(core, pos, move), j, new_end, move)
+        acc = core.acc.replace(
+            migrations=core.acc.migrations + move,
+            migration_gpu_s=core.acc.migration_gpu_s + jnp.where(
+                move, num_gpu.astype(jnp.float32) * gpu_milli.astype(jnp.float32) / GPU_MILLI * pause, 0.0))
+        return state.replace(
+            core=core.replace(acc=acc),
+            node=state.node.at[j].set(jnp.where(move, d, state.node[j])),
+            gpu_bits=state.gpu_bits.at[j].set(
+                jnp.where(move, resources.mask_to_bits(new_gpus), state.gpu_bits[j])),
+            end_s=state.end_s.at[j].set(jnp.where(move, new_end, state.end_s[j])),
+        )
 
     def _static_turn(self, state: SimState, core: Core, params: EnvParams):
         """One loop turn in static mode: the next job arrives and is queued or fails."""

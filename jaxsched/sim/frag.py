@@ -16,11 +16,11 @@ from jaxsched.sim.reduce import ordered_sum
 from jaxsched.types import FragClasses
 
 
-def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
-    """F_n for any number of nodes.
+def class_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
+    """F_n(m) of every class, exact: [..., M] int32 (milli-GPU).
 
     free_milli [..., G] int32 (missing GPUs hold 0), free_cpu [...] int32, gpu_model [...] int32.
-    Returns [...] float32. Cost O(G * M) per node.
+    Cost O(G * M) per node.
     """
     f = free_milli[..., None, :]  # [..., 1, G]
     need = classes.gpu_milli[:, None]  # [M, 1]
@@ -30,8 +30,22 @@ def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
             & (enough.sum(-1) >= classes.num_gpu))
     too_small = jnp.where(f < need, f, 0).sum(-1)  # [..., M]
     idle = free_milli.sum(-1)[..., None]  # [..., 1]
-    per_class = jnp.where(fits, too_small, idle).astype(jnp.float32)
+    return jnp.where(fits, too_small, idle)
+
+
+def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
+    """F_n = sum_m p_m F_n(m) for any number of nodes (shapes as ``class_frag``) -> [...] float32."""
+    per_class = class_frag(free_milli, free_cpu, gpu_model, classes).astype(jnp.float32)
     return ordered_sum(per_class * classes.prob)
+
+
+def frag_drop(class_before, class_after, classes: FragClasses):
+    """F_n(before) - F_n(after) from exact per-class F_n(m) [..., M] -> [...] float32.
+
+    Summed from integer per-class differences, so an unchanged F_n is exactly 0 whatever the
+    float rounding of F_n itself (the fgd policy and GPU rule both score this way).
+    """
+    return ordered_sum((class_before - class_after).astype(jnp.float32) * classes.prob)
 
 
 def fgd_score(frag_before, frag_after):
@@ -39,14 +53,17 @@ def fgd_score(frag_before, frag_after):
     return (100.0 * jax.nn.sigmoid((frag_before - frag_after) / 1000.0)).astype(jnp.int32)
 
 
-def fgd_gpu_scores(free_row, free_cpu_after, gpu_model, frag_before, gpu_milli, classes: FragClasses):
+def fgd_gpu_scores(free_row, free_cpu_before, free_cpu_after, gpu_model, gpu_milli,
+                   classes: FragClasses):
     """[G] int32 FGD score of putting a fractional job (``gpu_milli``) on each GPU of one node.
 
-    free_row [G] int32 free milli before; free_cpu_after [] the node's free CPU once the job's
-    CPU is taken; frag_before [] F_n now. GPUs without room get meaningless scores: mask them.
+    free_row [G] int32 free milli before; free_cpu_before / free_cpu_after [] the node's free
+    CPU before and once the job's CPU is taken. Scored exactly as the fgd policy scores the
+    node (``frag_drop``). GPUs without room get meaningless scores: mask them.
     """
     g = free_row.shape[-1]
     rows = free_row[None, :] - jnp.eye(g, dtype=free_row.dtype) * gpu_milli  # [G, G]: GPU g used
-    after = node_frag(rows, jnp.broadcast_to(free_cpu_after, (g,)), jnp.broadcast_to(gpu_model, (g,)),
-                      classes)
-    return fgd_score(frag_before, after)
+    before = class_frag(free_row, free_cpu_before, gpu_model, classes)  # [M]
+    after = class_frag(rows, jnp.broadcast_to(free_cpu_after, (g,)), jnp.broadcast_to(gpu_model, (g,)),
+                       classes)  # [G, M]
+    return fgd_score(frag_drop(before, after, classes), 0.0)

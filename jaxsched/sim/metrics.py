@@ -26,6 +26,8 @@ class Accumulators:
     frag_integral   float32  integral of cluster fragmentation F dt (milli * s)
     idle_integral   float32  integral of idle milli-GPU dt         (milli * s)
     in_system_integral float32 integral of jobs queued or running dt (job * s)
+    migrations      int32    jobs moved by rescheduling passes
+    migration_gpu_s float32  GPU-seconds those jobs spent paused (num_gpu * gpu_milli/1000 * pause)
     """
 
     decisions: jax.Array
@@ -37,11 +39,13 @@ class Accumulators:
     frag_integral: jax.Array
     idle_integral: jax.Array
     in_system_integral: jax.Array
+    migrations: jax.Array
+    migration_gpu_s: jax.Array
 
     @classmethod
     def zeros(cls) -> "Accumulators":
         i, f = jnp.int32(0), jnp.float32(0.0)
-        return cls(i, i, i, i, jnp.bool_(False), f, f, f, f)
+        return cls(i, i, i, i, jnp.bool_(False), f, f, f, f, i, f)
 
 
 def accumulate(acc: Accumulators, dt, alloc_milli, frag_total, idle_milli, in_system) -> Accumulators:
@@ -124,4 +128,6 @@ def summarize(state, params: EnvParams, static_mode: bool) -> dict:
         "gpu_alloc": gpu_alloc,
         "frag_amount": frag_amount,
         "frag_rate": frag_rate,
+        "migrations": acc.migrations,
+        "migration_gpu_s": acc.migration_gpu_s,
     }

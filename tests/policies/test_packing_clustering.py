@@ -9,9 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsched import policies
-from jaxsched.policies.gpu_clustering import approx_node_classes, class_bit, gpu_clustering_scores
+from jaxsched.policies.gpu_clustering import class_bit, gpu_clustering_scores
+from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched.types import EnvParams, jobs_from_numpy, to_device
 from jaxsched.policies.gpu_packing import gpu_packing_scores
-from tests.policies.states import chosen_node, observe
+from tests.policies.states import DEFAULT_CLASSES, chosen_node, cluster, observe
 
 packing = jax.jit(policies.get("gpu-packing").policy)
 clustering = jax.jit(policies.get("gpu-clustering").policy)
@@ -65,19 +67,31 @@ def test_clustering_prefers_nodes_hosting_only_the_jobs_class():
     # the node's size): n0 (free 7500) 1, n1 (5500) 7, n2 (2000) 18, n3 (0) 25.
     # share job: n0 only-share 1 + 75 = 76; n1 mixed 7 + 50 = 57; n2 empty 18 + 25 = 43; n3 other 25.
     assert np.asarray(clustering_scores(obs, job(1, 300), classes)).tolist() == [76, 57, 43, 25]
-    assert chosen_node(clustering(classes, obs, None), obs) == 0
+    assert chosen_node(clustering(None, obs.replace(node_classes=classes), None), obs) == 0
     # a 2-GPU job: n0 other class 1; n1 mixed with its class 57; n2 empty 43; n3 can't fit.
     obs2 = observe((2, 1000, 1000), free)
     assert np.asarray(clustering_scores(obs2, job(2, 1000), classes))[:3].tolist() == [1, 57, 43]
-    assert chosen_node(clustering(classes, obs2, None), obs2) == 1
+    assert chosen_node(clustering(None, obs2.replace(node_classes=classes), None), obs2) == 1
 
 
-def test_clustering_without_history_reads_classes_off_the_gpus():
-    # A partly used GPU means "share"; u fully used GPUs (and none partly used) mean "u GPUs".
-    obs = observe((1, 300, 1000), [[500] + [1000] * 7, [0, 0] + [1000] * 6, [1000, 1000], [0]])
-    assert np.asarray(approx_node_classes(obs)).tolist() == [1, 4, 0, 2]
-    # The share job goes to n0 (only "share": 1 + 75 = 76), not the empty n2 (18 + 25 = 43).
-    assert chosen_node(clustering(None, obs, None), obs) == 0
+def test_env_tracks_the_classes_each_node_hosts_exactly():
+    # At t=0: two 1-GPU jobs on n0, a 2-GPU job and a share job on n1, a CPU-only job on n2
+    # (the GPUs alone could not tell two 1-GPU jobs from one 2-GPU job). CPU-only jobs
+    # arriving at t=5 and t=20 make decision points; job 0 ends at 10 / 0.8 = 12.5.
+    env = ClusterEnv(EnvConfig(window=1, tie_break="identity", track_job_classes=True))
+    jobs = jobs_from_numpy(arrival_s=[0, 0, 0, 0, 0, 5, 20], work_s=[10] + [99] * 6,
+                           num_gpu=[1, 1, 2, 1, 0, 0, 0], gpu_milli=[1000, 1000, 1000, 300, 0, 0, 0],
+                           cpu_milli=[0] * 7, mem_mib=[0] * 7)
+    params = to_device(EnvParams(cluster(), DEFAULT_CLASSES))
+    state, obs = env.reset(jax.random.key(0), params, to_device(jobs))
+    for node in (0, 0, 1, 1, 2):  # slot 0 on ``node``
+        state, obs, *_ = env.step(jax.random.key(0), state, node, params)
+    assert float(obs.time_s) == 5.0
+    assert np.asarray(obs.node_classes).tolist() == [2, 4 | 1, 0, 0]
+    state, obs, *_ = env.step(jax.random.key(0), state, 2, params)
+    assert float(obs.time_s) == 20.0  # job 0 has ended; job 1 (1 GPU) is still on n0
+    assert np.asarray(obs.node_classes).tolist() == [2, 4 | 1, 0, 0]
+    assert np.asarray(state.core.class_count)[0].tolist() == [0, 1] + [0] * 7
 
 
 def test_clustering_scores_cpu_only_jobs_zero_everywhere():

@@ -1,8 +1,10 @@
 """The JAX env against ``jaxsched.reference`` (the oracle) on random clusters and workloads.
 
 For each scheduler, mode and queue discipline: same node, GPUs, start and end for every
-job, and the same metrics. A second test drives both with the same random actions (legal,
-illegal, reject, wait) and compares the whole visible state after every step.
+job, and the same metrics; every deterministic scheduler of the registry also runs with the
+registry's env config (its GPU rule, queue order and other settings). A second test drives
+both with the same random actions (legal, illegal, reject, wait) and compares the whole
+visible state after every step.
 """
 
 from __future__ import annotations
@@ -34,8 +36,23 @@ CASES = [  # (mode, queue order, policy, gpu rule, tie break)
     ("static", "fifo", "best-fit", "best-fit", "permutation"),
     ("static", "fifo", "first-fit", "first-fit", "identity"),
 ]
+REGISTRY_CASES = [  # (mode, scheduler, tie break); the rest of the config is the registry's
+    ("dynamic", "spread", "permutation"),
+    ("dynamic", "dot-product", "identity"),
+    ("dynamic", "gpu-packing", "permutation"),
+    ("dynamic", "gpu-clustering", "permutation"),
+    ("dynamic", "fgd", "permutation"),
+    ("dynamic", "sjf", "permutation"),
+    ("dynamic", "elasticflow", "permutation"),
+    ("dynamic", "hops", "identity"),
+    ("static", "dot-product", "permutation"),
+    ("static", "gpu-packing", "identity"),
+    ("static", "gpu-clustering", "permutation"),
+    ("static", "best-fit", "identity"),
+    ("static", "fgd", "identity"),
+]
 EXACT_METRICS = ("decisions", "invalid_actions", "jobs_total", "placed", "finished", "rejected",
-                 "failed", "dropped_overflow", "unfinished", "running_full", "done")
+                 "failed", "dropped_overflow", "unfinished", "running_full", "done", "migrations")
 
 
 def make_env(mode, order, gpu_rule, tie_break):
@@ -44,11 +61,14 @@ def make_env(mode, order, gpu_rule, tie_break):
                                 tie_break=tie_break))
 
 
+def registry_env(mode, name, tie_break):
+    """The env as the registry runs scheduler ``name`` (``Scheduler.env_config``)."""
+    return ClusterEnv(get(name).env_config(EnvConfig(mode=mode, window=WINDOW, queue_capacity=QUEUE,
+                                                     running_capacity=RUNNING, tie_break=tie_break)))
+
+
 def ref_config(env: ClusterEnv) -> reference.RefConfig:
-    c = env.config
-    return reference.RefConfig(mode=c.mode, window=c.window, queue_capacity=c.queue_capacity,
-                               running_capacity=c.running_capacity, queue_order=c.queue_order,
-                               gpu_rule=c.gpu_rule)
+    return reference.RefConfig.like(env.config)
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,11 +92,9 @@ def assert_same_metrics(jax_metrics, ref_metrics):
             np.testing.assert_allclose(got, ref_value, rtol=2e-4, atol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("mode,order,policy,gpu_rule,tie_break", CASES)
-@settings(max_examples=EXAMPLES, deadline=None)
-@given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
-def test_heuristic_episode_matches_reference(mode, order, policy, gpu_rule, tie_break, cluster, jobs, seed):
-    env = make_env(mode, order, gpu_rule, tie_break)
+def assert_episode_matches_reference(env, policy, cluster, jobs, seed):
+    """Roll the registry's ``policy`` out in ``env`` and the reference's in the same config
+    (same tie-break ranks); compare every job's record and the metrics."""
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
     batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
     state, got = jitted_rollout(env, policy, 200)(params, batch, jax.random.key(seed)[None])
@@ -86,16 +104,39 @@ def test_heuristic_episode_matches_reference(mode, order, policy, gpu_rule, tie_
     assert_same_metrics(got, ref_out["metrics"])
 
 
+@pytest.mark.parametrize("mode,order,policy,gpu_rule,tie_break", CASES)
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
+def test_heuristic_episode_matches_reference(mode, order, policy, gpu_rule, tie_break, cluster, jobs, seed):
+    assert_episode_matches_reference(make_env(mode, order, gpu_rule, tie_break), policy, cluster, jobs, seed)
+
+
+@pytest.mark.parametrize("mode,policy,tie_break", REGISTRY_CASES)
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), jobs=workloads(slack_deadlines=True), seed=st.integers(0, 2**31 - 1))
+def test_registry_scheduler_matches_reference(mode, policy, tie_break, cluster, jobs, seed):
+    assert_episode_matches_reference(registry_env(mode, policy, tie_break), policy, cluster, jobs, seed)
+
+
 @functools.lru_cache(maxsize=None)
 def jitted_env_fns(env):
     return jax.jit(env.reset), jax.jit(env.step)
 
 
-@pytest.mark.parametrize("mode,order", [("dynamic", "fifo"), ("dynamic", "sjf"), ("static", "fifo")])
+LOCKSTEP_CASES = [  # (mode, queue order, gpu rule)
+    ("dynamic", "fifo", "best-fit"),
+    ("dynamic", "sjf", "best-fit"),
+    ("static", "fifo", "best-fit"),
+    ("dynamic", "fifo", "fgd"),
+    ("dynamic", "edf", "buddy"),
+]
+
+
+@pytest.mark.parametrize("mode,order,gpu_rule", LOCKSTEP_CASES)
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
-def test_random_actions_keep_both_simulators_in_lockstep(mode, order, cluster, jobs, seed):
-    env = make_env(mode, order, "best-fit", "identity")
+def test_random_actions_keep_both_simulators_in_lockstep(mode, order, gpu_rule, cluster, jobs, seed):
+    env = make_env(mode, order, gpu_rule, "identity")
     reset, step = jitted_env_fns(env)
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
     key = jax.random.key(seed)
