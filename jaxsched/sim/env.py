@@ -34,6 +34,7 @@ INF = np.float32(np.inf)  # numpy, not a JAX array: importing the env must not s
 MODES = ("dynamic", "static")
 QUEUE_ORDERS = ("fifo", "sjf", "edf")
 TIE_BREAKS = ("permutation", "identity")
+REWARDS = ("in_system", "placed_jct")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +50,14 @@ class EnvConfig:
     gpu_rule: which GPUs of the chosen node a job gets ("best-fit", "first-fit", "random",
       "fgd", "buddy"; see ``resources.choose_gpus``). The reference knows the first two.
     tie_break: "permutation" (a random node rank per episode) or "identity" (rank = index).
-    reward_scale: reward = -(job-seconds spent in the system during the step) * reward_scale,
-      so an episode's return is -(total JCT) * reward_scale. Default: job-hours.
+    reward: what a step's reward counts, times ``reward_scale``; either way an episode's
+      (undiscounted) return is -(total JCT of the jobs placed) * reward_scale, up to jobs
+      still in the system at a step cap:
+      "in_system": -(job-seconds spent in the system during the step);
+      "placed_jct": -(JCT of the job the step placed), known at placement (end = start +
+      run time); credits a placement's run time to the decision that chose the node at once.
+      (Migration pauses are not counted by "placed_jct".)
+    reward_scale: reward units per second. Default 1/3600: job-hours.
     track_job_classes: keep per node the gpu-clustering job classes it hosts
       (``Observation.node_classes``); costs a [N, G+1] count array in the state.
     resched_interval_s: seconds between rescheduling (migration) passes; 0 turns them off.
@@ -67,6 +74,7 @@ class EnvConfig:
     queue_order: str = "fifo"
     gpu_rule: str = "best-fit"
     tie_break: str = "permutation"
+    reward: str = "in_system"
     reward_scale: float = 1.0 / 3600.0
     track_job_classes: bool = False
     resched_interval_s: float = 0.0
@@ -79,7 +87,8 @@ class EnvConfig:
             raise ValueError(f"EnvConfig.{field} = {getattr(self, field)!r}: {why}")
 
         for field, allowed in (("mode", MODES), ("queue_order", QUEUE_ORDERS),
-                               ("gpu_rule", GPU_RULES), ("tie_break", TIE_BREAKS)):
+                               ("gpu_rule", GPU_RULES), ("tie_break", TIE_BREAKS),
+                               ("reward", REWARDS)):
             if getattr(self, field) not in allowed:
                 bad(field, f"must be one of {allowed}")
         for field in ("window", "queue_capacity", "running_capacity"):
@@ -259,8 +268,11 @@ class ClusterEnv:
 
         in_system_before = state.core.acc.in_system_integral
         state = self._advance(state.replace(core=core), params)
-        reward = -(state.core.acc.in_system_integral - in_system_before) * cfg.reward_scale
-        reward = jnp.where(live, reward, 0.0)
+        if cfg.reward == "placed_jct":
+            cost_s = jnp.where(place, end - jobs.arrival_s[j], 0.0)
+        else:
+            cost_s = state.core.acc.in_system_integral - in_system_before
+        reward = jnp.where(live, -cost_s * cfg.reward_scale, 0.0)
         return state, self.observe(state, params), reward, state.core.done, {"legal": legal}
 
     # ----- observation ---------------------------------------------------------------------
