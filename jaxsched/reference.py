@@ -269,15 +269,16 @@ class ReferenceSim:
             return 0.0
         return node_fragmentation(self._free_gpus(n), self.free_cpu[n], self.gpu_model[n], self.classes)
 
-    def _choose_gpus(self, j: int, n: int) -> list[int]:
-        """GPUs of node n that job j gets under the GPU rule (assumes it fits).
+    def _choose_gpus(self, j: int, n: int, rule: str | None = None) -> list[int]:
+        """GPUs of node n that job j gets under ``rule`` (default: the config's GPU rule;
+        assumes it fits).
 
         Fractional jobs: "first-fit" the lowest-index GPU with room, "fgd" FGD's own choice
         (``_fgd_gpu``), "best-fit" and "buddy" the least free GPU with room. Whole-GPU jobs:
         the lowest-index wholly free GPUs, inside a power-of-two aligned block under "buddy"
         (``_buddy_gpus``).
         """
-        job, rule = self.jobs[j], self.config.gpu_rule
+        job, rule = self.jobs[j], rule or self.config.gpu_rule
         if job.num_gpu == 0:
             return []
         if _is_fractional(job.num_gpu, job.gpu_milli):
@@ -538,11 +539,7 @@ class ReferenceSim:
         job, end = self.jobs[j], self.end_s[j]
 
         self._release(j)
-        free = [(self.free_milli[d][g], g) for g in self.gpus_of[d]]
-        if _is_fractional(job.num_gpu, job.gpu_milli):
-            gpus = [min((f, g) for f, g in free if f >= job.gpu_milli)[1]]  # least free, lowest index
-        else:
-            gpus = [g for f, g in free if f == GPU_MILLI][: job.num_gpu]
+        gpus = self._choose_gpus(j, d, "best-fit")  # whatever the config's GPU rule
         self.node[j], self.gpu_bits[j] = d, sum(1 << g for g in gpus)
         self._take(j, d, gpus)
 

@@ -46,7 +46,7 @@ class TrainConfig:
     lr, max_grad_norm: adam and global-norm clipping. target: "periodic" (copy every
     target_every updates) or "polyak" (rate tau each update). eps_start/eps_end/eps_decay:
     linear epsilon schedule over eps_decay updates. reward_scale: multiplies the env reward
-    (already -job-hours in system per step).
+    (``EnvConfig.reward``, in job-hours by default).
     """
 
     seed: int = 0

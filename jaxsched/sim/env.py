@@ -48,7 +48,7 @@ class EnvConfig:
     running_capacity: R, jobs running at once; while full no job can be placed (flagged).
     queue_order: "fifo" (arrival), "sjf" (least work first) or "edf" (earliest deadline).
     gpu_rule: which GPUs of the chosen node a job gets ("best-fit", "first-fit", "random",
-      "fgd", "buddy"; see ``resources.choose_gpus``). The reference knows the first two.
+      "fgd", "buddy"; see ``resources.choose_gpus``). The reference knows all but "random".
     tie_break: "permutation" (a random node rank per episode) or "identity" (rank = index).
     reward: what a step's reward counts, times ``reward_scale``; either way an episode's
       (undiscounted) return is -(total JCT of the jobs placed) * reward_scale, up to jobs
