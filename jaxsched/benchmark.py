@@ -33,7 +33,7 @@ def make_nodes(num_nodes: int) -> cl.NodeTable:
     return cl.preset(num_nodes)
 
 
-def make_setup(num_nodes: int, jobs_per_episode: int, running_capacity: int):
+def make_setup(num_nodes: int, jobs_per_episode: int, running_capacity: int, track_frag: bool = True):
     nodes = make_nodes(num_nodes)
     workload = synthetic.SyntheticConfig(
         num_jobs=jobs_per_episode, target_load=0.9, cluster_gpus=nodes.total_gpus,
@@ -41,7 +41,7 @@ def make_setup(num_nodes: int, jobs_per_episode: int, running_capacity: int):
     rows = np.repeat(np.asarray(workload.job_classes), np.asarray(workload.job_classes)[:, 4], axis=0)
     frag = classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))
     params = to_device(EnvParams(cl.to_cluster(nodes), frag))
-    env_config = EnvConfig(running_capacity=running_capacity)
+    env_config = EnvConfig(running_capacity=running_capacity, track_frag=track_frag)
     return nodes, workload, frag, params, env_config
 
 

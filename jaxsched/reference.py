@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
+import math
 from fractions import Fraction
 from typing import Callable, NamedTuple
 
@@ -50,6 +51,7 @@ class RefConfig:
     resched_max_moves: int = 5
     resched_util_threshold: float = 0.5
     migration_pause_s: float = 60.0
+    track_frag: bool = True  # off: frag_node stays 0 (like EnvConfig.track_frag)
 
     @classmethod
     def like(cls, config) -> "RefConfig":
@@ -265,7 +267,7 @@ class ReferenceSim:
                          self._free_gpus(n))
 
     def _node_frag(self, n: int) -> float:
-        if not self.node_valid[n]:
+        if not (self.node_valid[n] and self.config.track_frag):
             return 0.0
         return node_fragmentation(self._free_gpus(n), self.free_cpu[n], self.gpu_model[n], self.classes)
 
@@ -642,18 +644,22 @@ class ReferenceSim:
         if static:
             # Snapshot at the end: the FGD paper's protocol has no time axis.
             frag = self.cluster_frag()
-            return {
+            out = {
                 "gpu_alloc": ratio(self.allocated_milli(), self.cluster_milli),
                 "frag_amount": ratio(frag, self.cluster_milli),
                 "frag_rate": ratio(frag, self.idle_milli()),
             }
-        span_s = float(t_end) - float(self.t0_s)
-        milli_s = self.cluster_milli * span_s
-        return {
-            "gpu_alloc": ratio(self.alloc_milli_s, milli_s),
-            "frag_amount": ratio(self.frag_milli_s, milli_s),
-            "frag_rate": ratio(self.frag_milli_s, self.idle_milli_s),
-        }
+        else:
+            span_s = float(t_end) - float(self.t0_s)
+            milli_s = self.cluster_milli * span_s
+            out = {
+                "gpu_alloc": ratio(self.alloc_milli_s, milli_s),
+                "frag_amount": ratio(self.frag_milli_s, milli_s),
+                "frag_rate": ratio(self.frag_milli_s, self.idle_milli_s),
+            }
+        if not self.config.track_frag:
+            out.update(frag_amount=math.nan, frag_rate=math.nan)
+        return out
 
 
 # ---------------------------------------------------------------------- heuristics

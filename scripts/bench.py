@@ -10,6 +10,7 @@ A decision is one env step of an episode that has not ended (padding steps are n
     python scripts/bench.py --quick                 # about a minute
     python scripts/bench.py                         # the full grid (batch 1..4096)
     python scripts/bench.py --quick --no-shard      # one XLA device (one core) only
+    python scripts/bench.py --quick --no-frag       # fragmentation upkeep off (env and reference)
 
 Writes ``results/bench/<name>.json`` and ``.md``.
 """
@@ -40,6 +41,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ref-decisions", type=int, default=3000)
     parser.add_argument("--no-shard", dest="shard", action="store_false",
                         help="one device only (default: episodes split across one host device per core)")
+    parser.add_argument("--no-frag", dest="track_frag", action="store_false",
+                        help="EnvConfig.track_frag=False (and the reference's): no per-event FGD "
+                             "fragmentation upkeep; frag metrics NaN. No benchmarked policy reads it")
     parser.add_argument("--name", default=None, help="output file stem (default: bench or bench_quick)")
     parser.add_argument("--out", default="results/bench")
     args = parser.parse_args(argv)
@@ -48,7 +52,8 @@ def main(argv=None) -> int:
     schedulers = [s for s in args.schedulers if s in policies.REGISTRY]
     rows = []
     for num_nodes in args.nodes:
-        nodes, workload, frag, params, env_config = make_setup(num_nodes, args.jobs, args.running_capacity)
+        nodes, workload, frag, params, env_config = make_setup(num_nodes, args.jobs, args.running_capacity,
+                                                                   args.track_frag)
         max_steps = 3 * args.jobs + 100
         for scheduler in schedulers:
             ref = None
@@ -67,7 +72,7 @@ def main(argv=None) -> int:
                 print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}),
                       flush=True)
     meta = {"devices": [str(d) for d in jax.devices()], "platform": platform.platform(),
-            "processor": platform.processor(), "jax": jax.__version__, "shard": args.shard,
+            "processor": platform.processor(), "jax": jax.__version__, "shard": args.shard, "track_frag": args.track_frag,
             "jobs_per_episode": args.jobs, "running_capacity": args.running_capacity,
             "command": "python scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     out = Path(args.out)

@@ -58,6 +58,10 @@ class EnvConfig:
       run time); credits a placement's run time to the decision that chose the node at once.
       (Migration pauses are not counted by "placed_jct".)
     reward_scale: reward units per second. Default 1/3600: job-hours.
+    track_frag: keep each node's FGD fragmentation ``frag_node`` up to date after every event
+      (default). Off: it stays 0, the fragmentation metrics are NaN, and each event skips the
+      per-class fragmentation pass over the target workload (about a third of a first-fit
+      step); for runs whose policy and metrics do not read it (results/bench/profile.md).
     track_job_classes: keep per node the gpu-clustering job classes it hosts
       (``Observation.node_classes``); costs a [N, G+1] count array in the state.
     resched_interval_s: seconds between rescheduling (migration) passes; 0 turns them off.
@@ -77,6 +81,7 @@ class EnvConfig:
     reward: str = "in_system"
     reward_scale: float = 1.0 / 3600.0
     track_job_classes: bool = False
+    track_frag: bool = True
     resched_interval_s: float = 0.0
     resched_max_moves: int = 5
     resched_util_threshold: float = 0.5
@@ -163,8 +168,7 @@ class ClusterEnv:
             free_milli=free_milli,
             free_cpu=free_cpu,
             free_mem=free_mem,
-            frag_node=jnp.where(cluster.valid, frag.node_frag(
-                free_milli, free_cpu, cluster.gpu_model, params.frag_classes), 0.0),
+            frag_node=jnp.where(cluster.valid, self._node_frag(free_milli, free_cpu, cluster.gpu_model, params), 0.0),
             max_free=max_free,
             whole_free=whole_free,
             queue=jnp.full(q, -1, jnp.int32),
@@ -235,7 +239,7 @@ class ClusterEnv:
         used_row = jnp.where(gpus & place, jobs.gpu_milli[j], 0)
         new_row = free_row - used_row
         free_mem = core.free_mem.at[n].add(-jnp.where(place, jobs.mem_mib[j], 0))
-        node_frag = frag.node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params.frag_classes)
+        node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
         run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])
         end = INF if cfg.static else core.time_s + run_s
         core = self._set_node(core, n, new_row, free_cpu, free_mem,
@@ -311,7 +315,7 @@ class ClusterEnv:
 
     def metrics(self, state: SimState, params: EnvParams) -> dict:
         """Per-episode metrics (``sim.metrics.summarize``)."""
-        return metrics.summarize(state, params, self.config.static)
+        return metrics.summarize(state, params, self.config.static, self.config.track_frag)
 
     # ----- internals -----------------------------------------------------------------------
     def _window(self, core: Core):
@@ -359,6 +363,13 @@ class ClusterEnv:
         acc = metrics.accumulate(core.acc, t_new - core.time_s, allocated,
                                  ordered_sum(core.frag_node), idle, core.queue_len + core.num_running)
         return core.replace(time_s=t_new, acc=acc)
+
+    def _node_frag(self, free_row, free_cpu, model, params: EnvParams):
+        """FGD fragmentation of one node (or of every node, given [N] rows), or 0 when
+        ``track_frag`` is off."""
+        if not self.config.track_frag:
+            return jnp.zeros(free_row.shape[:-1], jnp.float32)
+        return frag.node_frag(free_row, free_cpu, model, params.frag_classes)
 
     def _set_node(self, core: Core, n, free_row, free_cpu, free_mem, node_frag):
         """Write node n's new free resources and refresh its cached summaries."""
@@ -461,7 +472,7 @@ class ClusterEnv:
         back_row = jnp.where(gpus & active, jobs.gpu_milli[j], 0)
         new_row = core.free_milli[n] + back_row
         free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
-        node_frag = frag.node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params.frag_classes)
+        node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
         core = self._set_node(core, n, new_row, free_cpu,
                               core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
                               jnp.where(active, node_frag, core.frag_node[n]))
@@ -592,14 +603,14 @@ class ClusterEnv:
         old_gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
         src_row = core.free_milli[s] + jnp.where(old_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[s].add(cpu), core.free_mem.at[s].add(mem)
-        src_frag = frag.node_frag(src_row, free_cpu[s], cluster.gpu_model[s], params.frag_classes)
+        src_frag = self._node_frag(src_row, free_cpu[s], cluster.gpu_model[s], params)
         core = self._set_node(core, s, src_row, free_cpu, free_mem,
                               jnp.where(move, src_frag, core.frag_node[s]))
         # Take GPUs on the destination by best fit.
         new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "best-fit")
         dest_row = core.free_milli[d] - jnp.where(new_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[d].add(-cpu), core.free_mem.at[d].add(-mem)
-        dest_frag = frag.node_frag(dest_row, free_cpu[d], cluster.gpu_model[d], params.frag_classes)
+        dest_frag = self._node_frag(dest_row, free_cpu[d], cluster.gpu_model[d], params)
         core = self._set_node(core, d, dest_row, free_cpu, free_mem,
                               jnp.where(move, dest_frag, core.frag_node[d]))
         core = self._count_class(core, s, num_gpu, gpu_milli, -move.astype(jnp.int32))

@@ -69,7 +69,7 @@ def _masked_percentiles(values, mask, qs):
     return jnp.where(mask.any(), out, 0.0)
 
 
-def summarize(state, params: EnvParams, static_mode: bool) -> dict:
+def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = True) -> dict:
     """Per-episode metrics of a (finished or capped) episode as a dict of scalars.
 
     Works on one episode; ``vmap`` it for a batch.
@@ -103,6 +103,8 @@ def summarize(state, params: EnvParams, static_mode: bool) -> dict:
         gpu_alloc = _safe_div(acc.alloc_integral, total_milli * span)
         frag_amount = _safe_div(acc.frag_integral, total_milli * span)
         frag_rate = _safe_div(acc.frag_integral, acc.idle_integral)
+    if not track_frag:  # EnvConfig.track_frag off: fragmentation was not kept
+        frag_amount = frag_rate = jnp.float32(jnp.nan)
 
     return {
         "decisions": acc.decisions,

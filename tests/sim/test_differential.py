@@ -9,6 +9,7 @@ visible state after every step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -167,3 +168,15 @@ def test_random_actions_keep_both_simulators_in_lockstep(mode, order, gpu_rule, 
         np.testing.assert_array_equal(np.asarray(getattr(state, field)), ref_out[field], err_msg=field)
     got = env.metrics(state, params)
     assert_same_metrics(jax.tree.map(lambda x: np.asarray(x)[None], got), ref_out["metrics"])
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
+def test_untracked_fragmentation_matches_reference(mode, cluster, jobs, seed):
+    """EnvConfig.track_frag=False against RefConfig.track_frag=False: same schedule, same
+    metrics, fragmentation metrics NaN in both."""
+    env = make_env(mode, "fifo", "best-fit", "permutation")
+    env = ClusterEnv(dataclasses.replace(env.config, track_frag=False))
+    assert ref_config(env).track_frag is False
+    assert_episode_matches_reference(env, "best-fit", cluster, jobs, seed)
