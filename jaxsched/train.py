@@ -12,6 +12,13 @@ Writes under ``eval.out_dir`` (``results/runs/<run>/``):
   learning_curve.png, comparison.png, jct_cdf.png, config.json
 ``--resume`` continues from the last checkpoint of the same folder; the result equals that
 of an uninterrupted run (the checkpoint holds every bit of the runner, RNG key included).
+``--checkpoint DIR`` skips training and evaluates the agent of DIR's last checkpoint.
+``--eval-set section.key=value`` changes the evaluation only (training stays on the synthetic
+workload), e.g. the openb trace replayed at rho 0.9 on windows the agent never saw::
+
+    python -m jaxsched.train --checkpoint results/gnn_ddqn --out results/gnn_ddqn_openb \
+        --eval-set workload.source=openb --eval-set workload.window_jobs=1000 \
+        --eval-set workload.trace=../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv
 
 Evaluation: the trained greedy policy runs through ``jaxsched.rollout.rollout`` on exactly
 the episodes ``jaxsched.evaluate`` builds from ``[eval]`` (its seed is not the training
@@ -78,6 +85,32 @@ def load(path=None, overrides=()) -> RunConfig:
         base = cfg_lib._merge(base, cfg_lib.parse_override(text), "--set", "")
     return RunConfig(base, cfg_lib.from_dict(ddqn.AgentConfig, extra["agent"], where, "agent."),
                      cfg_lib.from_dict(trainer.TrainConfig, extra["train"], where, "train."))
+
+
+def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
+    """``run`` with ``section.key=value`` overrides applied to its evaluation only: the run
+    config sections ([cluster] [workload] [env] [eval]); [agent] and [train] are refused (the
+    trained network and its training are fixed)."""
+    base = run.base
+    for text in overrides:
+        head = text.split("=", 1)[0].strip().split(".")[0]
+        if head in ("agent", "train"):
+            raise DataError("--eval-set", None, head, "evaluation overrides cannot change the agent or its training")
+        base = cfg_lib._merge(base, cfg_lib.parse_override(text), "--eval-set", "")
+    return dataclasses.replace(run, base=base)
+
+
+def load_trained(run: RunConfig, run_dir: Path):
+    """(trainer, runner) restored from the last checkpoint under ``run_dir``/checkpoints."""
+    env, env_params, syn, _ = setup(run)
+    tr = trainer.make_train(env, env_params, syn, run.agent, run.train)
+    like = jax.jit(tr.init)(jax.random.key(run.train.seed))  # the structure to restore into
+    mgr = checkpoint.manager(run_dir / "checkpoints")
+    step, runner = checkpoint.restore(mgr, like)
+    mgr.close()
+    if step is None:
+        raise DataError(str(run_dir / "checkpoints"), None, "checkpoint", "no checkpoint found")
+    return tr, runner
 
 
 def setup(run: RunConfig):
@@ -257,6 +290,11 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     parser.add_argument("--out", help="output folder (eval.out_dir)")
     parser.add_argument("--no-eval", action="store_true", help="train only")
+    parser.add_argument("--checkpoint", metavar="DIR",
+                        help="skip training: evaluate the agent of DIR's last checkpoint (DIR's config.json "
+                             "is not read: pass the same --config/--set it was trained with)")
+    parser.add_argument("--eval-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value for the evaluation only (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     overrides = list(args.set)
@@ -264,11 +302,23 @@ def main(argv=None) -> int:
         overrides.append(f"eval.out_dir={json.dumps(args.out)}")
     try:
         run = load(args.config, overrides)
+        eval_run = with_eval_overrides(run, args.eval_set)
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out_dir = Path(run.base.eval.out_dir)
-    tr, runner, log = train(run, out_dir, resume=args.resume, show_progress=not args.quiet)
+    out_dir = Path(eval_run.base.eval.out_dir)
+    if args.checkpoint:
+        source = Path(args.checkpoint)
+        try:
+            tr, runner = load_trained(run, source)
+        except DataError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = source / "train_log.csv"
+        log = pd.read_csv(log_path) if log_path.exists() else pd.DataFrame(columns=LOG_FIELDS)
+    else:
+        tr, runner, log = train(run, out_dir, resume=args.resume, show_progress=not args.quiet)
     steady = log.iloc[1:] if len(log) > 1 else log  # the first chunk includes compilation
     throughput = {"env_steps_per_s": float(steady["env_steps_per_s"].mean()),
                   "updates_per_s": float(steady["updates_per_s"].mean()),
@@ -276,9 +326,10 @@ def main(argv=None) -> int:
                   "backend": jax.default_backend(), "devices": len(jax.devices())}
     print(f"training: {throughput['env_steps_per_s']:.0f} env steps/s, "
           f"{throughput['updates_per_s']:.1f} updates/s on {throughput['backend']}")
-    info = {"throughput": throughput}
+    info = {"throughput": throughput, "checkpoint": args.checkpoint or str(out_dir / "checkpoints"),
+            "eval_overrides": list(args.eval_set)}
     if not args.no_eval:
-        per_episode, summary, eval_info = evaluate_agent(run, tr.graphdef, runner.params,
+        per_episode, summary, eval_info = evaluate_agent(eval_run, tr.graphdef, runner.params,
                                                          show_progress=not args.quiet)
         paired = paired_differences(per_episode)
         per_episode.to_csv(out_dir / "per_episode.csv", index=False)
@@ -294,7 +345,7 @@ def main(argv=None) -> int:
         print(table)
         print(_paired_md(paired))
     (out_dir / "config.json").write_text(json.dumps(
-        {"config": cfg_lib.to_dict(run.base), "agent": dataclasses.asdict(run.agent),
+        {"config": cfg_lib.to_dict(run.base), "eval_config": cfg_lib.to_dict(eval_run.base), "agent": dataclasses.asdict(run.agent),
          "train": dataclasses.asdict(run.train), "info": info}, indent=2, default=str))
     print(f"wrote {out_dir}/")
     return 0

@@ -4,10 +4,12 @@ import dataclasses
 
 import jax
 import numpy as np
+import pytest
 
 from jaxsched import evaluate as ev
 from jaxsched import train as train_lib
 from jaxsched.agents import checkpoint, ddqn, trainer
+from jaxsched.errors import DataError
 from jaxsched.policies import get
 from jaxsched.rollout import rollout
 from jaxsched.sim.env import ClusterEnv
@@ -47,6 +49,22 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
     _leaves_equal(resumed.key, whole.key)
     cols = ["update", "return", "loss", "q_mean", "epsilon"]
     np.testing.assert_array_equal(resumed_log[cols].to_numpy(), whole_log[cols].to_numpy())
+    # --checkpoint: the agent evaluated elsewhere is the one the run ended with.
+    _, loaded = train_lib.load_trained(run, tmp_path / "whole")
+    _leaves_equal(loaded.params, whole.params)
+
+
+def test_eval_overrides_change_the_evaluation_only(tmp_path):
+    run = tiny_run()
+    trace = "some/openb_pod_list.csv"
+    evaluated = train_lib.with_eval_overrides(run, ["workload.source=openb", f"workload.trace={trace}"])
+    assert (evaluated.base.workload.source, evaluated.base.workload.trace) == ("openb", trace)
+    assert run.base.workload.source == "synthetic"  # training still uses the synthetic workload
+    assert (evaluated.agent, evaluated.train, evaluated.base.env) == (run.agent, run.train, run.base.env)
+    with pytest.raises(DataError, match="agent"):
+        train_lib.with_eval_overrides(run, ["agent.hidden=8"])
+    with pytest.raises(DataError, match="no checkpoint"):
+        train_lib.load_trained(run, tmp_path / "never-trained")
 
 
 def _mean_jct(run, policy, policy_params, gpu_rule):
