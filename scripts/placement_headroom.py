@@ -1,0 +1,130 @@
+"""How much can node choice alone lower mean JCT on the GNN-DDQN preset? A headroom study.
+
+Runs, on the held-out episodes of ``configs/gnn_ddqn.toml`` (same jobs and env keys as
+``python -m jaxsched.train`` evaluates on), FIFO first-fit and hops beside hand-made
+placement rules that are NOT registered schedulers (they exist to bound what a learned
+placement policy can gain here). Every rule takes the first window job that fits somewhere
+(like the registered heuristics) and ranks feasible nodes by a speed score, ties broken by
+best-fit score, then rank:
+
+  fastest        the fastest GPU model the job fits on (a speed-greedy rule)
+  long-fast      jobs with work > 3,000 s to the fastest node, shorter ones to the slowest
+  fractional-fast  fractional jobs (one GPU, gpu_milli < 1000) to the fastest node; every
+                 other GPU job to the G2-speed (0.8) nodes first, then the others by speed,
+                 so the few fast GPUs are kept for jobs that share them
+
+It also reports the realised GPU allocation while jobs arrive (GPU-seconds allocated between
+the first and the last arrival over GPUs x that span) beside the offered load rho, which
+counts every job's whole work against the arrival span.
+
+    python scripts/placement_headroom.py                # writes results/gnn_ddqn/headroom.md
+    python scripts/placement_headroom.py --episodes 16 --out /tmp/headroom.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsched import evaluate as ev
+from jaxsched import policies, train
+from jaxsched.devices import use_all_cpu_cores
+from jaxsched.policies.best_fit import best_fit_scores
+from jaxsched.policies.common import best_node, first_fitting_slot, place_or_wait, window_job
+from jaxsched.sim.env import ClusterEnv
+from jaxsched.types import GPU_MILLI
+
+LONG_WORK_S = 3000.0
+COMMON_SPEED = 0.8  # G2, the model of most GPUs in the openb mix
+
+
+def _rank_by(obs, slot, speed_score):
+    """Node for ``slot``: highest int speed score, then best-fit score, then rank."""
+    job = window_job(obs, slot)
+    score = speed_score.astype(jnp.int32) * 100_000 + jnp.clip(best_fit_scores(obs, job), -99_999, 99_999)
+    return best_node(score, obs.place_mask[slot], obs.node_rank)
+
+
+def fastest(params, obs, key):
+    slot = first_fitting_slot(obs)
+    return place_or_wait(obs, slot, _rank_by(obs, slot, jnp.floor(100 * obs.cluster.speed)))
+
+
+def long_fast(params, obs, key):
+    slot = first_fitting_slot(obs)
+    sign = jnp.where(obs.job_work_s[slot] > LONG_WORK_S, 1.0, -1.0)
+    return place_or_wait(obs, slot, _rank_by(obs, slot, jnp.floor(sign * 100 * obs.cluster.speed)))
+
+
+def fractional_fast(params, obs, key):
+    slot = first_fitting_slot(obs)
+    speed = obs.cluster.speed
+    fractional = (obs.job_num_gpu[slot] == 1) & (obs.job_gpu_milli[slot] < GPU_MILLI)
+    common_first = jnp.where(jnp.abs(speed - COMMON_SPEED) < 1e-3, 1000.0, 100 * speed)
+    return place_or_wait(obs, slot, _rank_by(obs, slot, jnp.floor(jnp.where(fractional, 100 * speed, common_first))))
+
+
+RULES = {"fastest": fastest, "long-fast": long_fast, "fractional-fast": fractional_fast}
+
+
+def realised_allocation(jobs, records, cluster_gpus: int) -> np.ndarray:
+    """[E] GPU-seconds allocated between the first and last arrival / (GPUs x that span)."""
+    valid = np.asarray(jobs.valid, bool)
+    arrival = np.where(valid, np.asarray(jobs.arrival_s, np.float64), np.nan)
+    lo, hi = np.nanmin(arrival, -1, keepdims=True), np.nanmax(arrival, -1, keepdims=True)
+    gpus = np.asarray(jobs.num_gpu, np.float64) * np.asarray(jobs.gpu_milli, np.float64) / GPU_MILLI
+    start, end = np.asarray(records["start_s"], np.float64), np.asarray(records["end_s"], np.float64)
+    ran = valid & np.isfinite(start) & np.isfinite(end)
+    overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0.0, None)
+    busy = np.where(ran, gpus * overlap, 0.0).sum(-1)
+    return busy / (cluster_gpus * (hi - lo)[:, 0])
+
+
+def main(argv=None) -> int:
+    use_all_cpu_cores()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=train.DEFAULT_CONFIG)
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--out", default="results/gnn_ddqn/headroom.md")
+    args = parser.parse_args(argv)
+    run = train.load(args.config, [f"eval.episodes={args.episodes}", f"eval.batch_size={args.episodes}"])
+    config = run.base
+    nodes = ev.build_nodes(config)
+    jobs, params, max_steps, env_keys, _ = ev._setup(config, nodes)
+    rho = float(np.mean(ev.report.offered_load(jobs, nodes.total_gpus)))
+    runs = [(name, policies.get(name).policy, ClusterEnv(policies.get(name).env_config(config.env)))
+            for name in ("first-fit", "hops")]
+    runs += [(name, rule, ClusterEnv(config.env)) for name, rule in RULES.items()]
+    rows = {}
+    for name, policy, env in runs:
+        t0 = time.perf_counter()
+        metrics, records = ev.jax.device_get(ev._compiled_rollout(env, policy, max_steps)(params, jobs, env_keys))
+        assert bool(np.all(metrics["done"])), f"{name}: an episode did not finish in {max_steps} steps"
+        rows[name] = (np.asarray(metrics["jct_mean"], np.float64),
+                      float(np.mean(metrics["queue_delay_mean"])),
+                      float(np.mean(realised_allocation(jobs, records, nodes.total_gpus))))
+        print(f"{name}: mean JCT {rows[name][0].mean():,.0f} s ({time.perf_counter() - t0:.1f} s)")
+    base = rows["first-fit"][0]
+    lines = [f"Command: `python scripts/placement_headroom.py --episodes {args.episodes}` "
+             f"({config.cluster.preset_nodes} nodes, {args.episodes} held-out episodes of "
+             f"`{args.config}`, offered load rho {rho:.2f})", "",
+             "| rule | mean JCT (s) | vs first-fit, 95% CI | queue delay (s) | GPU allocation while jobs arrive |",
+             "|---|---:|---|---:|---:|"]
+    for name, (jct, delay, alloc) in rows.items():
+        diff = 100 * (jct - base) / base.mean()
+        half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
+        lines.append(f"| {name} | {jct.mean():,.0f} | {diff.mean():+.1f}% [{diff.mean() - half:+.1f}%, "
+                     f"{diff.mean() + half:+.1f}%] | {delay:.1f} | {alloc:.2f} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
