@@ -41,7 +41,9 @@ class WorkloadConfig:
     """source: "synthetic" (default, needs no data) or "openb" (a pod-list trace).
 
     For "openb": ``trace`` is the pod list; each episode is a window of ``window_jobs``
-    consecutive arrivals, time-compressed to offered load ``target_load`` on the cluster.
+    consecutive arrivals, time-compressed to offered load ``target_load`` on the cluster,
+    cut from the part ``trace_span`` = [lo, hi] of the trace (fractions of its jobs in arrival
+    order; ``jaxsched.train`` cuts its training windows from ``train.trace_span``).
     For "synthetic": ``synthetic.target_load`` sets the load (its cluster_gpus is filled in
     from the cluster when left out).
     """
@@ -51,6 +53,7 @@ class WorkloadConfig:
     window_jobs: int = 500
     target_load: float = 0.9
     strict: bool = False
+    trace_span: tuple = (0.0, 1.0)
     synthetic: SyntheticConfig = SyntheticConfig(num_jobs=2000, target_load=0.9)
 
 

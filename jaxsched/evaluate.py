@@ -69,6 +69,17 @@ def episode_keys(seed: int, num_episodes: int, stream: int):
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_episodes))
 
 
+def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,
+                   seed: int, target_load: float, span_field: str):
+    """([E, J] numpy ``Jobs``, compression factors): ``num_windows`` windows of the part
+    ``span`` of ``trace``, each compressed to ``target_load`` on the cluster."""
+    part = alibaba.trace_part(trace, span, span_field)
+    windows = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
+    compressed = [alibaba.compress_to_load(win, nodes.total_gpus, target_load) for win in windows]
+    jobs = jax.tree.map(lambda *x: np.stack(x), *[c.to_jobs(pad_to=jobs_per_window) for c, _ in compressed])
+    return jobs, [f for _, f in compressed]
+
+
 def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
     """Jobs for every episode ([E, J] arrays), FGD's target workload, and a report dict."""
     w, episodes = config.workload, config.eval.episodes
@@ -90,13 +101,12 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
             raise DataError("config", None, "workload.trace", "source 'openb' needs a pod-list path")
         trace = alibaba.load_openb_pods(w.trace, mode="dynamic", strict=w.strict)
         unschedulable, names = trace.check_schedulable(nodes, strict=w.strict)
-        windows = alibaba.trace_windows(trace, w.window_jobs, episodes, config.eval.seed)
-        compressed = [alibaba.compress_to_load(win, nodes.total_gpus, w.target_load) for win in windows]
-        jobs = jax.tree.map(lambda *x: np.stack(x), *[c.to_jobs(pad_to=w.window_jobs) for c, _ in compressed])
-        factors = [f for _, f in compressed]
+        jobs, factors = trace_episodes(trace, nodes, w.trace_span, w.window_jobs, episodes,
+                                       config.eval.seed, w.target_load, "workload.trace_span")
         info = {"source": "openb", "trace": w.trace, "jobs_per_episode": w.window_jobs,
                 "left_out_pending": trace.report.get("left_out_pending", 0),
                 "unschedulable_jobs": unschedulable, "target_load": w.target_load,
+                "trace_span": list(w.trace_span),
                 "compress_factor_min": min(factors), "compress_factor_max": max(factors)}
         return to_device(jobs), trace.frag_classes(), info
     raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")

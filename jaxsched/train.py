@@ -13,16 +13,21 @@ Writes under ``eval.out_dir`` (``results/runs/<run>/``):
 ``--resume`` continues from the last checkpoint of the same folder; the result equals that
 of an uninterrupted run (the checkpoint holds every bit of the runner, RNG key included).
 ``--checkpoint DIR`` skips training and evaluates the agent of DIR's last checkpoint.
-``--eval-set section.key=value`` changes the evaluation only (training stays on the synthetic
-workload), e.g. the openb trace replayed at rho 0.9 on windows the agent never saw::
+``--eval-set section.key=value`` changes the evaluation only, e.g. the agent trained on the
+synthetic workload evaluated on windows of the openb trace at rho 0.9 (a transfer test)::
 
-    python -m jaxsched.train --checkpoint results/gnn_ddqn --out results/gnn_ddqn_openb \
-        --eval-set workload.source=openb --eval-set workload.window_jobs=1000 \
+    python -m jaxsched.train --checkpoint results/runs/gnn_ddqn --out results/runs/transfer \\
+        --eval-set workload.source=openb --eval-set workload.window_jobs=1000 \\
         --eval-set workload.trace=../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv
+
+Workloads: synthetic (each training episode a fresh draw from the training key), or with
+``workload.source = "openb"`` windows of the trace: training windows from the part
+``train.trace_span`` of it, evaluation windows from ``workload.trace_span``
+(``configs/gnn_ddqn_openb.toml`` splits the trace in halves).
 
 Evaluation: the trained greedy policy runs through ``jaxsched.rollout.rollout`` on exactly
 the episodes ``jaxsched.evaluate`` builds from ``[eval]`` (its seed is not the training
-seed; training workloads come from the training key), beside every registered scheduler.
+seed), beside every registered scheduler.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from jaxsched.errors import DataError
 from jaxsched.rollout import sharded_rollout
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, to_device
+from jaxsched.workload import alibaba
 
 DEFAULT_CONFIG = "configs/gnn_ddqn.toml"
 AGENT_NAME = "gnn-ddqn"
@@ -114,18 +120,25 @@ def load_trained(run: RunConfig, run_dir: Path):
 
 
 def setup(run: RunConfig):
-    """(env, env_params, training workload config, nodes) of a run."""
-    config = run.base
-    if config.workload.source != "synthetic":
-        raise DataError("config", None, "workload.source", "training uses the synthetic workload")
+    """(env, env_params, training workload, nodes) of a run. The training workload is the
+    synthetic config, or for ``workload.source = "openb"`` a bank of ``train.trace_windows``
+    trace windows of ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace
+    (compressed to ``workload.target_load``; see ``trainer.make_train``)."""
+    config, tc = run.base, run.train
     nodes = ev.build_nodes(config)
-    syn = config.workload.synthetic
-    if syn.target_load is not None and syn.cluster_gpus is None:
-        syn = syn.replace(cluster_gpus=nodes.total_gpus)
     _, frag, _ = ev.build_workload(dataclasses.replace(
         config, eval=dataclasses.replace(config.eval, episodes=1)), nodes)
     env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
-    return ClusterEnv(config.env), env_params, syn, nodes
+    w = config.workload
+    if w.source == "synthetic":
+        workload = w.synthetic
+        if workload.target_load is not None and workload.cluster_gpus is None:
+            workload = workload.replace(cluster_gpus=nodes.total_gpus)
+    else:
+        trace = alibaba.load_openb_pods(w.trace, mode="dynamic", strict=w.strict)
+        workload, _ = ev.trace_episodes(trace, nodes, tc.trace_span, tc.train_jobs, tc.trace_windows,
+                                        tc.seed, w.target_load, "train.trace_span")
+    return ClusterEnv(config.env), env_params, workload, nodes
 
 
 def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bool = True,

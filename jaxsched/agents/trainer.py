@@ -29,7 +29,7 @@ import optax
 
 from jaxsched.agents import ddqn
 from jaxsched.sim.env import ClusterEnv
-from jaxsched.types import EnvParams, Observation
+from jaxsched.types import EnvParams, Jobs, Observation
 from jaxsched.workload import synthetic
 
 
@@ -46,7 +46,10 @@ class TrainConfig:
     lr, max_grad_norm: adam and global-norm clipping. target: "periodic" (copy every
     target_every updates) or "polyak" (rate tau each update). eps_start/eps_end/eps_decay:
     linear epsilon schedule over eps_decay updates. reward_scale: multiplies the env reward
-    (``EnvConfig.reward``, in job-hours by default).
+    (``EnvConfig.reward``, in job-hours by default). trace_span, trace_windows: with a trace
+    workload (``workload.source = "openb"``), training episodes are ``trace_windows`` windows
+    of ``train_jobs`` jobs cut from the part ``trace_span`` of the trace (keep it disjoint from
+    ``workload.trace_span``, where the evaluation windows come from).
     """
 
     seed: int = 0
@@ -69,6 +72,8 @@ class TrainConfig:
     eps_end: float = 0.05
     eps_decay: int = 1000
     reward_scale: float = 1.0
+    trace_span: tuple = (0.0, 1.0)
+    trace_windows: int = 128
 
     def __post_init__(self):
         if self.target not in ("periodic", "polyak"):
@@ -111,11 +116,26 @@ def _restore(obs: Observation, env_params: EnvParams) -> Observation:
                        frag_classes=jax.tree.map(widen, env_params.frag_classes))
 
 
-def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.SyntheticConfig,
+def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.SyntheticConfig | Jobs,
                agent: ddqn.AgentConfig, config: TrainConfig) -> Trainer:
-    """Build the pure training functions for one env, cluster, workload and config."""
-    workload = workload.replace(num_jobs=config.train_jobs, pad_to=None)
+    """Build the pure training functions for one env, cluster, workload and config.
+
+    workload: a ``SyntheticConfig`` (each reset draws a fresh workload of ``train_jobs`` jobs)
+    or a bank of episodes, a ``Jobs`` with a leading [B] axis (e.g. trace windows; each reset
+    picks one of the B uniformly).
+    """
     num_envs = config.num_envs
+    if isinstance(workload, synthetic.SyntheticConfig):
+        workload = workload.replace(num_jobs=config.train_jobs, pad_to=None)
+
+        def draw_jobs(key):
+            return jax.vmap(lambda k: synthetic.generate(k, workload))(jax.random.split(key, num_envs))
+    else:
+        bank = jax.tree.map(jnp.asarray, workload)
+
+        def draw_jobs(key):
+            pick = jax.random.randint(key, (num_envs,), 0, bank.arrival_s.shape[0])
+            return jax.tree.map(lambda x: x[pick], bank)
     optimiser = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
     buffer = fbx.make_flat_buffer(
         max_length=config.buffer_size, min_length=max(config.learning_starts // num_envs, 2),
@@ -123,7 +143,7 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
 
     def reset_envs(key):
         k_jobs, k_env = jax.random.split(key)
-        jobs = jax.vmap(lambda k: synthetic.generate(k, workload))(jax.random.split(k_jobs, num_envs))
+        jobs = draw_jobs(k_jobs)
         return jax.vmap(env.reset, in_axes=(0, None, 0))(jax.random.split(k_env, num_envs), env_params, jobs)
 
     # The graphdef is static: build it once from an example observation.

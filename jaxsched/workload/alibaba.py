@@ -553,6 +553,20 @@ def offered_load(arrival_s, work_s, num_gpu, gpu_milli, cluster_gpus) -> float:
     return float(gpu_work / (float(cluster_gpus) * span))
 
 
+def trace_part(workload: TraceWorkload, span, field: str = "trace_span") -> TraceWorkload:
+    """The jobs from fraction ``span[0]`` to ``span[1]`` of the workload, in arrival order
+    (``(0, 1)``: all of it). Cutting training and evaluation windows from disjoint parts keeps
+    the evaluation windows unseen in training. ``report["trace_span"]`` records the span."""
+    try:
+        lo, hi = (float(x) for x in span)
+    except (TypeError, ValueError):
+        raise DataError(workload.path, None, field, f"must be two fractions [lo, hi], got {span!r}") from None
+    if not 0.0 <= lo < hi <= 1.0:
+        raise DataError(workload.path, None, field, f"must satisfy 0 <= lo < hi <= 1, got {span!r}")
+    n = len(workload)
+    return workload.take(slice(round(lo * n), round(hi * n)), trace_span=(lo, hi))
+
+
 def trace_windows(workload: TraceWorkload, jobs_per_window: int, num_windows: int,
                   seed: int) -> list[TraceWorkload]:
     """``num_windows`` distinct windows of ``jobs_per_window`` consecutive arrivals.

@@ -12,6 +12,7 @@ from jaxsched.agents import checkpoint, ddqn, trainer
 from jaxsched.errors import DataError
 from jaxsched.policies import get
 from jaxsched.rollout import rollout
+from jaxsched.workload import alibaba
 from jaxsched.sim.env import ClusterEnv
 from tests.agents.tiny import tiny_run
 
@@ -103,3 +104,22 @@ def test_short_training_run_beats_random_scheduler(tmp_path):
     random_jct = _mean_jct(run, random_sched.policy, None, random_sched.gpu_rule)
     assert agent_jct < 0.75 * random_jct, (agent_jct, random_jct)
     assert agent_jct < 0.75 * untrained_jct, (agent_jct, untrained_jct)
+
+
+def test_training_on_trace_windows_uses_only_the_training_span(openb_dir):
+    trace = openb_dir / "openb_pod_list_default.csv"
+    run = tiny_run('workload.source="openb"', f'workload.trace="{trace}"', "workload.window_jobs=40",
+                   "workload.trace_span=[0.5, 1.0]", "train.trace_span=[0.0, 0.5]", "train.trace_windows=8")
+    env, env_params, bank, _ = train_lib.setup(run)
+    assert bank.arrival_s.shape == (8, run.train.train_jobs)
+    pods = alibaba.load_openb_pods(trace, mode="dynamic")
+    first_half = set(alibaba.trace_part(pods, (0.0, 0.5)).work_s.astype(np.float32))
+    second_half = set(alibaba.trace_part(pods, (0.5, 1.0)).work_s.astype(np.float32))
+    work = set(np.asarray(bank.work_s)[np.asarray(bank.valid)])
+    assert work <= first_half and not work <= second_half
+    tr = trainer.make_train(env, env_params, bank, run.agent, run.train)
+    runner = jax.jit(tr.init)(jax.random.key(0))
+    bank_rows = {tuple(row) for row in np.asarray(bank.work_s)}
+    assert all(tuple(row) in bank_rows for row in np.asarray(runner.env_state.jobs.work_s))
+    runner, summary = jax.jit(tr.run_chunk)(runner)
+    assert int(runner.update) == run.train.chunk_updates and np.isfinite(float(summary["reward_per_step"]))

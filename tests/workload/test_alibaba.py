@@ -494,6 +494,20 @@ def test_windows_overlap_only_when_forced(tmp_path):
         A.trace_windows(w, 11, 1, seed=0)
 
 
+def test_trace_part_cuts_disjoint_spans(tmp_path):
+    rows = "".join(f"p-{i:02d},1000,1024,1,1000,,LS,Running,{i * 10},{i * 10 + 5},{i * 10}\n"
+                   for i in range(10))
+    w = A.load_openb_pods(write(tmp_path, "p.csv", OPENB_HEADER + rows))
+    first, last = A.trace_part(w, (0.0, 0.6)), A.trace_part(w, [0.6, 1.0])
+    assert list(first.names) == [f"p-{i:02d}" for i in range(6)]
+    assert list(last.names) == [f"p-{i:02d}" for i in range(6, 10)]
+    assert last.report["trace_span"] == (0.6, 1.0)
+    assert list(A.trace_part(w, (0, 1)).names) == list(w.names)
+    for bad in [(0.5, 0.5), (0.7, 0.2), (-0.1, 0.5), (0.0, 1.5), (0.3,), "ab"]:
+        with pytest.raises(DataError, match="train.trace_span"):
+            A.trace_part(w, bad, "train.trace_span")
+
+
 @pytest.mark.parametrize("rho", [0.5, 0.9, 1.3])
 def test_compress_to_load_hits_target(default_csv, rho):
     w = A.load_openb_pods(default_csv)
