@@ -108,8 +108,8 @@ def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
 
 def load_trained(run: RunConfig, run_dir: Path):
     """(trainer, runner) restored from the last checkpoint under ``run_dir``/checkpoints."""
-    env, env_params, syn, _ = setup(run)
-    tr = trainer.make_train(env, env_params, syn, run.agent, run.train)
+    env, env_params, workload, _ = setup(run)
+    tr = trainer.make_train(env, env_params, workload, run.agent, run.train)
     like = jax.jit(tr.init)(jax.random.key(run.train.seed))  # the structure to restore into
     mgr = checkpoint.manager(run_dir / "checkpoints")
     step, runner = checkpoint.restore(mgr, like)
@@ -147,9 +147,9 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
 
     stop_after: stop after this many updates (simulates an interruption; tests use it).
     """
-    env, env_params, syn, _ = setup(run)
+    env, env_params, workload, _ = setup(run)
     tc = run.train
-    tr = trainer.make_train(env, env_params, syn, run.agent, tc)
+    tr = trainer.make_train(env, env_params, workload, run.agent, tc)
     init = jax.jit(tr.init)
     run_chunk = jax.jit(tr.run_chunk, donate_argnums=0)
     runner = init(jax.random.key(tc.seed))
