@@ -60,8 +60,9 @@ class EnvConfig:
     reward_scale: reward units per second. Default 1/3600: job-hours.
     track_frag: keep each node's FGD fragmentation ``frag_node`` up to date after every event
       (default). Off: it stays 0, the fragmentation metrics are NaN, and each event skips the
-      per-class fragmentation pass over the target workload (about a third of a first-fit
-      step); for runs whose policy and metrics do not read it (results/bench/profile.md).
+      per-class fragmentation pass over the target workload (a fifth to a quarter of a
+      first-fit step on a 2-core CPU); for runs whose policy and metrics do not read it
+      (results/bench/bench_quick_nofrag.md, profile.md).
     track_job_classes: keep per node the gpu-clustering job classes it hosts
       (``Observation.node_classes``); costs a [N, G+1] count array in the state.
     resched_interval_s: seconds between rescheduling (migration) passes; 0 turns them off.
