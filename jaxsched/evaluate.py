@@ -69,6 +69,13 @@ def episode_keys(seed: int, num_episodes: int, stream: int):
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_episodes))
 
 
+def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
+    """The openb pod list of ``workload.trace`` (dynamic mode)."""
+    if not w.trace:
+        raise DataError("config", None, "workload.trace", "source 'openb' needs a pod-list path")
+    return alibaba.load_openb_pods(w.trace, mode="dynamic", strict=w.strict)
+
+
 def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,
                    seed: int, target_load: float, span_field: str):
     """([E, J] numpy ``Jobs``, compression factors): ``num_windows`` windows of the part
@@ -97,9 +104,7 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
                 "expected_offered_load": synthetic.expected_offered_load(syn, nodes.total_gpus)}
         return jobs, frag, info
     if w.source == "openb":
-        if not w.trace:
-            raise DataError("config", None, "workload.trace", "source 'openb' needs a pod-list path")
-        trace = alibaba.load_openb_pods(w.trace, mode="dynamic", strict=w.strict)
+        trace = load_trace(w)
         unschedulable, names = trace.check_schedulable(nodes, strict=w.strict)
         jobs, factors = trace_episodes(trace, nodes, w.trace_span, w.window_jobs, episodes,
                                        config.eval.seed, w.target_load, "workload.trace_span")

@@ -56,7 +56,6 @@ from jaxsched.errors import DataError
 from jaxsched.rollout import sharded_rollout
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, to_device
-from jaxsched.workload import alibaba
 
 DEFAULT_CONFIG = "configs/gnn_ddqn.toml"
 AGENT_NAME = "gnn-ddqn"
@@ -126,18 +125,20 @@ def setup(run: RunConfig):
     (compressed to ``workload.target_load``; see ``trainer.make_train``)."""
     config, tc = run.base, run.train
     nodes = ev.build_nodes(config)
-    _, frag, _ = ev.build_workload(dataclasses.replace(
-        config, eval=dataclasses.replace(config.eval, episodes=1)), nodes)
-    env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
     w = config.workload
-    if w.source == "synthetic":
+    if w.source == "openb":
+        trace = ev.load_trace(w)
+        trace.check_schedulable(nodes, strict=w.strict)  # as ev.build_workload: strict refuses
+        workload, _ = ev.trace_episodes(trace, nodes, tc.trace_span, tc.train_jobs, tc.trace_windows,
+                                        tc.seed, w.target_load, "train.trace_span")
+        frag = trace.frag_classes()  # as ev.build_workload's
+    else:
+        _, frag, _ = ev.build_workload(dataclasses.replace(
+            config, eval=dataclasses.replace(config.eval, episodes=1)), nodes)
         workload = w.synthetic
         if workload.target_load is not None and workload.cluster_gpus is None:
             workload = workload.replace(cluster_gpus=nodes.total_gpus)
-    else:
-        trace = alibaba.load_openb_pods(w.trace, mode="dynamic", strict=w.strict)
-        workload, _ = ev.trace_episodes(trace, nodes, tc.trace_span, tc.train_jobs, tc.trace_windows,
-                                        tc.seed, w.target_load, "train.trace_span")
+    env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
     return ClusterEnv(config.env), env_params, workload, nodes
 
 

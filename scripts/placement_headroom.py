@@ -27,11 +27,12 @@ import argparse
 import time
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxsched import evaluate as ev
-from jaxsched import policies, train
+from jaxsched import policies, report, train
 from jaxsched.devices import use_all_cpu_cores
 from jaxsched.policies.best_fit import best_fit_scores
 from jaxsched.policies.common import best_node, first_fitting_slot, place_or_wait, window_job
@@ -95,14 +96,14 @@ def main(argv=None) -> int:
     config = run.base
     nodes = ev.build_nodes(config)
     jobs, params, max_steps, env_keys, _ = ev._setup(config, nodes)
-    rho = float(np.mean(ev.report.offered_load(jobs, nodes.total_gpus)))
+    rho = float(np.mean(report.offered_load(jobs, nodes.total_gpus)))
     runs = [(name, policies.get(name).policy, ClusterEnv(policies.get(name).env_config(config.env)))
             for name in ("first-fit", "hops")]
     runs += [(name, rule, ClusterEnv(config.env)) for name, rule in RULES.items()]
     rows = {}
     for name, policy, env in runs:
         t0 = time.perf_counter()
-        metrics, records = ev.jax.device_get(ev._compiled_rollout(env, policy, max_steps)(params, jobs, env_keys))
+        metrics, records = jax.device_get(ev._compiled_rollout(env, policy, max_steps)(params, jobs, env_keys))
         assert bool(np.all(metrics["done"])), f"{name}: an episode did not finish in {max_steps} steps"
         rows[name] = (np.asarray(metrics["jct_mean"], np.float64),
                       float(np.mean(metrics["queue_delay_mean"])),
