@@ -451,11 +451,18 @@ class ClusterEnv:
                                 queue_key=core.queue_key.at[at].set(key, mode="drop"),
                                 queue_len=core.queue_len + active)
         i = jnp.arange(core.queue.shape[0])
-        pos = ((i < core.queue_len) & (core.queue_key <= key)).sum()
+        pos = self._queue_position(core, key)
         put = lambda arr, x: jnp.where(  # noqa: E731
             active, jnp.where(i < pos, arr, jnp.where(i == pos, x, jnp.roll(arr, 1))), arr)
         return core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
                             queue_len=core.queue_len + active)
+
+    def _queue_position(self, core: Core, key):
+        """Queue position a job with sort key ``key`` is inserted at (after equal keys)."""
+        if self.config.queue_order == "fifo":
+            return core.queue_len
+        i = jnp.arange(core.queue.shape[0])
+        return ((i < core.queue_len) & (core.queue_key <= key)).sum()
 
     def _queue_key(self, jobs: Jobs, j):
         order = self.config.queue_order
@@ -516,39 +523,94 @@ class ClusterEnv:
         return jax.lax.while_loop(lambda s: s.core.resched_due, pass_then_resume, state)
 
     def _event_loop(self, state: SimState, params: EnvParams) -> Core:
-        """Handle one event per turn until a decision point, the end, or a due pass."""
-        body = self._static_turn if self.config.static else self._dynamic_turn
-        core, _ = jax.lax.while_loop(
-            lambda carry: ~carry[1],
-            lambda carry: body(state, carry[0], params),
-            (state.core, state.core.done),
+        """Handle one event per turn until a decision point, the end, or a due pass.
+
+        Dynamic mode carries ``slot_fit`` [K] (window slot k's job fits some node), computed
+        in full (K x N) once here and then kept up to date per event in O(K + N) (see
+        ``_dynamic_turn``), so a turn's decision check does not redo the K x N fit test.
+        """
+        if self.config.static:
+            core, _ = jax.lax.while_loop(
+                lambda carry: ~carry[1],
+                lambda carry: self._static_turn(state, carry[0], params),
+                (state.core, state.core.done))
+            return core
+        slot_fit = self._slot_fit(state.core, state.jobs, params.cluster)
+        core, stop = self._check_stop(state, state.core, slot_fit)
+        core, _, _ = jax.lax.while_loop(
+            lambda carry: ~carry[2],
+            lambda carry: self._dynamic_turn(state, carry[0], carry[1], params),
+            (core, slot_fit, stop | core.done),
         )
         return core
 
-    def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams):
-        """One loop turn: stop at a decision point, or (move the clock and) handle one event.
+    def _slot_fit(self, core: Core, jobs: Jobs, cluster):
+        """[K] bool: window slot k holds a job that fits some node (running capacity aside)."""
+        window = self._window(core)
+        j = jnp.maximum(window, 0)
+        mask = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
+                              jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
+                              jobs.mem_mib[j], jobs.model_mask[j])
+        return mask.any(-1) & (window >= 0)
+
+    def _fits_node(self, core: Core, jobs: Jobs, cluster, j, n):
+        """Job(s) ``j`` ([...] indices) fit node ``n`` now -> [...] bool."""
+        node = jax.tree.map(lambda x: x[n], cluster)
+        return resources.fits(node, core.free_cpu[n], core.free_mem[n], core.max_free[n],
+                              core.whole_free[n], jobs.num_gpu[j], jobs.gpu_milli[j],
+                              jobs.cpu_milli[j], jobs.mem_mib[j], jobs.model_mask[j])[..., 0]
+
+    def _check_stop(self, state: SimState, core: Core, slot_fit):
+        """Is ``core`` a decision point or the end? -> (core with ``done`` set at the end, stop).
+
+        Only once every event at the current instant is handled: then a decision point when a
+        window job fits and the running set has room, else the end when no event is left.
+        """
+        t_next = self._next_event_time(core, state.jobs)
+        boundary = t_next > core.time_s
+        decision = boundary & slot_fit.any() & (core.num_running < self.config.running_capacity)
+        finished = boundary & (t_next == INF) & ~decision
+        return core.replace(done=core.done | finished), decision | finished
+
+    def _dynamic_turn(self, state: SimState, core: Core, slot_fit, params: EnvParams):
+        """One loop turn (never at a stop): move the clock to the next event and handle it,
+        then check for a stop (``_check_stop``).
 
         At one instant completions come first, then arrivals, then a rescheduling pass (which
-        stops the loop so ``_advance`` can run it).
+        stops the loop so ``_advance`` can run it). ``slot_fit`` [K] is kept exact without a
+        K x N pass: fit only grows with free resources, so a completion on node n can only
+        add window jobs that fit n; an arrival that enters the window adds its own slot
+        (shifting later slots under sjf / edf). Returns (core, slot_fit, stop).
         """
-        jobs = state.jobs
+        jobs, cluster = state.jobs, params.cluster
         t_done = self._next_end_time(core)
         t_arrival = self._next_arrival_time(core, jobs)
         t_resched = self._next_resched_time(core, jobs)
-        t_next = jnp.minimum(jnp.minimum(t_done, t_arrival), t_resched)
-        no_event = t_next == INF
-        boundary = t_next > core.time_s  # every event at the current instant is handled
-        decision = boundary & self._place_mask(core, jobs, params.cluster).any()
-        finished = boundary & no_event & ~decision
-        stop = decision | finished
-        move = boundary & ~stop
-        core = self._move_clock(core, jnp.where(move, t_next, core.time_s), params)
+        core = self._move_clock(core, jnp.minimum(jnp.minimum(t_done, t_arrival), t_resched), params)
         completion = t_done <= jnp.minimum(t_arrival, t_resched)
         arrival = ~completion & (t_arrival <= t_resched)
-        core = self._complete(state, core, params, ~stop & completion)
-        core = self._arrive_dynamic(state, core, ~stop & arrival)
-        due = ~stop & ~completion & ~arrival
-        return core.replace(done=core.done | finished, resched_due=due), stop | due
+
+        done_node = state.node[jnp.maximum(core.run_job[core.run_head], 0)]
+        core = self._complete(state, core, params, completion)
+        window = self._window(core)
+        freed_fit = self._fits_node(core, jobs, cluster, jnp.maximum(window, 0), done_node) & (window >= 0)
+        slot_fit = slot_fit | (completion & freed_fit)
+
+        j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
+        pos = self._queue_position(core, self._queue_key(jobs, j))
+        queued_before = core.queue_len
+        core = self._arrive_dynamic(state, core, arrival)
+        entered = (core.queue_len > queued_before) & (pos < slot_fit.shape[0])
+        k = jnp.arange(slot_fit.shape[0])
+        new_fit = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
+                                 jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
+                                 jobs.mem_mib[j], jobs.model_mask[j]).any()
+        shifted = jnp.where(k < pos, slot_fit, jnp.where(k == pos, new_fit, jnp.roll(slot_fit, 1)))
+        slot_fit = jnp.where(entered, shifted, slot_fit)
+
+        due = ~completion & ~arrival
+        core, stop = self._check_stop(state, core.replace(resched_due=due), slot_fit)
+        return core, slot_fit, stop | due
 
     # ----- rescheduling (docs/schedulers.md, "Rescheduling") ------------------------------
     def _reschedule(self, state: SimState, params: EnvParams) -> SimState:
