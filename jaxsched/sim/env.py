@@ -327,11 +327,7 @@ class ClusterEnv:
     def _place_mask(self, core: Core, jobs: Jobs, cluster):
         """[K, N] bool: window job k fits node n now (and the running set has room)."""
         window = self._window(core)
-        j = jnp.maximum(window, 0)
-        mask = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
-                              jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
-                              jobs.mem_mib[j], jobs.model_mask[j])
-        mask = mask & (window >= 0)[:, None]
+        mask = self._fits(core, jobs, cluster, jnp.maximum(window, 0)) & (window >= 0)[:, None]
         if not self.config.static:
             mask = mask & (core.num_running < self.config.running_capacity)
         return mask
@@ -547,18 +543,18 @@ class ClusterEnv:
     def _slot_fit(self, core: Core, jobs: Jobs, cluster):
         """[K] bool: window slot k holds a job that fits some node (running capacity aside)."""
         window = self._window(core)
-        j = jnp.maximum(window, 0)
-        mask = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
-                              jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
-                              jobs.mem_mib[j], jobs.model_mask[j])
-        return mask.any(-1) & (window >= 0)
+        return self._fits(core, jobs, cluster, jnp.maximum(window, 0)).any(-1) & (window >= 0)
 
-    def _fits_node(self, core: Core, jobs: Jobs, cluster, j, n):
-        """Job(s) ``j`` ([...] indices) fit node ``n`` now -> [...] bool."""
-        node = jax.tree.map(lambda x: x[n], cluster)
-        return resources.fits(node, core.free_cpu[n], core.free_mem[n], core.max_free[n],
-                              core.whole_free[n], jobs.num_gpu[j], jobs.gpu_milli[j],
-                              jobs.cpu_milli[j], jobs.mem_mib[j], jobs.model_mask[j])[..., 0]
+    def _fits(self, core: Core, jobs: Jobs, cluster, j, n=None):
+        """Job(s) ``j`` ([...] indices) fit each node now -> [..., N] bool; or fit the one
+        node ``n`` when given -> [...] bool."""
+        free = (core.free_cpu, core.free_mem, core.max_free, core.whole_free)
+        if n is not None:
+            cluster = jax.tree.map(lambda x: x[n, None], cluster)
+            free = tuple(x[n, None] for x in free)
+        fit = resources.fits(cluster, *free, jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
+                             jobs.mem_mib[j], jobs.model_mask[j])
+        return fit if n is None else fit[..., 0]
 
     def _check_stop(self, state: SimState, core: Core, slot_fit):
         """Is ``core`` a decision point or the end? -> (core with ``done`` set at the end, stop).
@@ -593,7 +589,7 @@ class ClusterEnv:
         done_node = state.node[jnp.maximum(core.run_job[core.run_head], 0)]
         core = self._complete(state, core, params, completion)
         window = self._window(core)
-        freed_fit = self._fits_node(core, jobs, cluster, jnp.maximum(window, 0), done_node) & (window >= 0)
+        freed_fit = self._fits(core, jobs, cluster, jnp.maximum(window, 0), done_node) & (window >= 0)
         slot_fit = slot_fit | (completion & freed_fit)
 
         j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
@@ -602,9 +598,7 @@ class ClusterEnv:
         core = self._arrive_dynamic(state, core, arrival)
         entered = (core.queue_len > queued_before) & (pos < slot_fit.shape[0])
         k = jnp.arange(slot_fit.shape[0])
-        new_fit = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
-                                 jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
-                                 jobs.mem_mib[j], jobs.model_mask[j]).any()
+        new_fit = self._fits(core, jobs, cluster, j).any()
         shifted = jnp.where(k < pos, slot_fit, jnp.where(k == pos, new_fit, jnp.roll(slot_fit, 1)))
         slot_fit = jnp.where(entered, shifted, slot_fit)
 
@@ -640,9 +634,7 @@ class ClusterEnv:
         rj = jnp.maximum(core.run_job, 0)  # [R]
         src = state.node[rj]
         candidate = (core.run_job >= 0) & (jobs.num_gpu[rj] > 0) & source[src]
-        fit = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
-                             jobs.num_gpu[rj], jobs.gpu_milli[rj], jobs.cpu_milli[rj],
-                             jobs.mem_mib[rj], jobs.model_mask[rj])  # [R, N]
+        fit = self._fits(core, jobs, cluster, rj)  # [R, N]
         dest_ok = (fit & (jnp.arange(n_nodes) != src[:, None])
                    & (alloc840[None, :] > alloc840[src][:, None]))
         movable = candidate & dest_ok.any(-1)
@@ -705,9 +697,7 @@ class ClusterEnv:
         waiting = core.queue_len > 0
         stop = waiting | all_arrived
         active = ~stop
-        fits_any = resources.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
-                                  jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
-                                  jobs.mem_mib[j], jobs.model_mask[j]).any()
+        fits_any = self._fits(core, jobs, cluster, j).any()
         enqueue = active & fits_any
         core = core.replace(
             time_s=jnp.where(active, jobs.arrival_s[j], core.time_s),
