@@ -213,13 +213,15 @@ class ClusterEnv:
 
         # Decode the flat action and test it against the current masks.
         window = self._window(core)
-        place_mask = self._place_mask(core, jobs, cluster)
         is_place = (action >= 0) & (action < k_max * n_nodes)
         slot = jnp.where(is_place, action // n_nodes, action - k_max * n_nodes)
         slot = jnp.clip(slot, 0, k_max - 1)
         n = jnp.clip(action % n_nodes, 0, n_nodes - 1)
         is_reject = (action >= k_max * n_nodes) & (action < k_max * n_nodes + k_max)
-        legal_place = is_place & place_mask[slot, n]
+        j = jnp.maximum(window[slot], 0)
+        legal_place = is_place & (window[slot] >= 0) & self._fits(core, jobs, cluster, j, n)  # place_mask[slot, n]
+        if not cfg.static:
+            legal_place = legal_place & (core.num_running < cfg.running_capacity)
         legal_reject = is_reject & (slot < core.queue_len)
         future = self._future_event_exists(core, jobs)
         legal_wait = (action == k_max * n_nodes + k_max) & future
@@ -228,7 +230,6 @@ class ClusterEnv:
         wait = live & (legal_wait | (~legal & future))
 
         # Place: GPUs by the rule, resources down, record the job, queue -> running set.
-        j = jnp.maximum(window[slot], 0)
         free_row = core.free_milli[n]
         free_cpu = core.free_cpu.at[n].add(-jnp.where(place, jobs.cpu_milli[j], 0))
         gpu_scores = None
