@@ -4,17 +4,25 @@ Side by side in one process (64 nodes, 500 jobs per episode, 1,024 episodes, fir
 the base setting, then each variant; the speed-up of a variant over the base bounds what
 that component costs. Writes results/bench/profile.md.
 
+``--turns`` instead counts event-loop turns (no timing): per decision on average, and the
+mean over steps of the most turns any episode of a chunk takes -- under ``vmap`` a chunk's
+loop runs that many turns, so the ratio is the work lost to waiting for the slowest
+episode. Writes results/bench/turns.md.
+
     python scripts/profile_step.py
+    python scripts/profile_step.py --turns
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import time
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from jaxsched import policies
 from jaxsched.benchmark import make_setup
@@ -37,11 +45,56 @@ def measure(env_config, params, jobs, keys, chunk=-1, scheduler="first-fit", rep
     return best
 
 
-def main() -> int:
+class TurnCountingEnv(ClusterEnv):
+    """The env, counting event-loop turns in the (otherwise unused) ``acc.migrations``."""
+
+    def _dynamic_turn(self, state, core, slot_fit, params):
+        core = core.replace(acc=core.acc.replace(migrations=core.acc.migrations + 1))
+        return super()._dynamic_turn(state, core, slot_fit, params)
+
+
+def count_turns(env_config, params, jobs, steps: int, chunks=(1, 16, 64, 256)) -> list[str]:
+    """Markdown rows: turns per decision, and per step the most turns in a chunk."""
+    sched = policies.get("first-fit")
+    env = TurnCountingEnv(sched.env_config(env_config))
+    keys = jax.random.split(jax.random.key(1), jobs.num_gpu.shape[0])
+    state, obs = jax.vmap(env.reset, in_axes=(0, None, 0))(keys, params, jobs)
+
+    def body(carry, _):
+        state, obs = carry
+        action = jax.vmap(lambda o: sched.policy(None, o, None))(obs)
+        state, obs, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
+        return (state, obs), (state.core.acc.migrations, state.core.done)
+
+    _, (turns, done) = jax.jit(lambda s, o: jax.lax.scan(body, (s, o), None, length=steps))(state, obs)
+    turns, live = np.diff(np.asarray(turns), axis=0), ~np.asarray(done)[:-1]
+    batch = turns.shape[1]
+    rows = []
+    for c in chunks:
+        t = turns[:, :batch // c * c].reshape(turns.shape[0], -1, c)
+        chunk_live = live[:, :batch // c * c].reshape(live.shape[0], -1, c).any(-1)
+        rows.append(f"| {c} | {t.max(-1)[chunk_live].mean():.2f} |")
+    return [f"Turns per decision, mean over episodes: {turns[live].mean():.2f}", "",
+            "| chunk (episodes stepped together) | turns per step (most in the chunk, mean over steps) |",
+            "|---|---|", *rows]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", action="store_true", help="count event-loop turns instead of timing")
+    args = parser.parse_args(argv)
     batch = 1024
     _, workload, frag, params, base = make_setup(64, 500, running_capacity=512)
     keys = jax.random.split(jax.random.key(0), batch)
     jobs = jax.vmap(lambda k: synthetic.generate(k, workload))(keys)
+    if args.turns:
+        lines = ["Command: `python scripts/profile_step.py --turns` (64 nodes, 500 jobs/episode, "
+                 "256 episodes, first-fit, 520 steps)", ""]
+        lines += count_turns(base, params, jax.tree.map(lambda x: x[:256], jobs), 520)
+        print("\n".join(lines))
+        Path("results/bench").mkdir(parents=True, exist_ok=True)
+        Path("results/bench/turns.md").write_text("\n".join(lines) + "\n")
+        return 0
     one_class = params.replace(frag_classes=jax.tree.map(lambda x: x[:1], params.frag_classes))
     variants = [
         ("base (K=8, Q=256, R=512, M=%d FGD classes, chunk 16)" % frag.prob.shape[0], base, params, -1),
