@@ -39,13 +39,14 @@ def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
     return ordered_sum(per_class * classes.prob)
 
 
-def frag_drop(class_before, class_after, classes: FragClasses):
+def frag_drop(class_before, class_after, classes: FragClasses, axis: int = -1):
     """F_n(before) - F_n(after) from exact per-class F_n(m) [..., M] -> [...] float32.
 
     Summed from integer per-class differences, so an unchanged F_n is exactly 0 whatever the
     float rounding of F_n itself (the fgd policy and GPU rule both score this way).
+    ``axis``: where the class axis is (then ``classes.prob`` must broadcast along it).
     """
-    return ordered_sum((class_before - class_after).astype(jnp.float32) * classes.prob)
+    return ordered_sum((class_before - class_after).astype(jnp.float32) * classes.prob, axis)
 
 
 def fgd_score(frag_before, frag_after):

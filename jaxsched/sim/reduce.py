@@ -8,16 +8,23 @@ pairwise tree of elementwise adds, which every batch shape computes identically.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 
 def ordered_sum(x, axis: int = -1):
-    """Sum over ``axis`` by a fixed pairwise tree (zero-padded to a power of two)."""
-    x = jnp.moveaxis(x, axis, -1)
-    n = x.shape[-1]
+    """Sum over ``axis`` by a fixed pairwise tree (zero-padded to a power of two).
+
+    The pairs are sliced along ``axis`` where it lies, so a leading axis sums whole
+    contiguous slabs (no transpose).
+    """
+    axis = axis % x.ndim
+    n = x.shape[axis]
     size = 1 << max(n - 1, 0).bit_length()
     if size != n:
-        x = jnp.concatenate([x, jnp.zeros((*x.shape[:-1], size - n), x.dtype)], axis=-1)
-    while x.shape[-1] > 1:
-        x = x[..., 0::2] + x[..., 1::2]
-    return x[..., 0]
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (0, size - n)
+        x = jnp.pad(x, pad)
+    while x.shape[axis] > 1:
+        x = (jax.lax.slice_in_dim(x, 0, None, 2, axis) + jax.lax.slice_in_dim(x, 1, None, 2, axis))
+    return jnp.squeeze(x, axis)
