@@ -144,6 +144,22 @@ def double_dqn_target(reward, done, gamma, q_next_online, q_next_target, next_ma
     return reward + gamma * (1.0 - done.astype(jnp.float32)) * bootstrap
 
 
+def n_step_return(reward, done, gamma: float):
+    """(return [B], done [B]) of runs of n steps: reward, done [B, n] (step t first).
+
+    return = r_0 + gamma r_1 + ... + gamma^(n-1) r_(n-1), cut after the first step that ends
+    its episode; done = some step of the run ended it (then nothing is bootstrapped). The
+    caller bootstraps from the observation n steps on with discount gamma^n. With n = 1 this
+    is (r_0, done_0) exactly.
+    """
+    if reward.shape[1] == 1:
+        return reward[:, 0], done[:, 0]
+    # A step counts while no earlier step of the run ended the episode.
+    alive = jnp.cumprod(jnp.concatenate([jnp.ones_like(done[:, :1]), ~done[:, :-1]], 1).astype(jnp.float32), 1)
+    discounts = gamma ** jnp.arange(reward.shape[1], dtype=jnp.float32)
+    return (reward * alive * discounts).sum(1), done.any(1)
+
+
 def td_loss(params, target_params, graphdef, config: AgentConfig, batch, gamma: float):
     """Mean Huber loss of Q(s, a) against the (stopped) Double-DQN target -> (loss, mean Q).
 

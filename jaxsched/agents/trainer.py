@@ -11,10 +11,14 @@ with a fresh synthetic workload drawn from the runner's key (training never sees
 evaluation seeds). The runner state holds everything (the RNG key included), so a run
 restored from a checkpoint continues exactly as the uninterrupted one.
 
-Replay is flashbax's flat buffer (``add_batch_size = num_envs``): it stores each env's
-stream of (obs, action, reward, done) and samples pairs (t, t+1), so every observation is
-stored once. Observations are stored without the static ``cluster``/``frag_classes``
-(the same for every env) and get them back when sampled.
+Replay is flashbax's trajectory buffer (``add_batch_size = num_envs``): it stores each env's
+stream of (obs, action, reward, done) and samples runs of n + 1 consecutive steps
+(n = ``n_step``; n = 1 is flashbax's flat buffer of pairs (t, t+1)), so every observation is
+stored once. The target of step t is the n-step return r_t + g r_{t+1} + ... + g^(n-1)
+r_{t+n-1}, cut at the first episode end, plus g^n times the Double-DQN value of the
+observation n steps on when no episode ended in between. Observations are stored without
+the static ``cluster``/``frag_classes`` (the same for every env) and get them back when
+sampled.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class TrainConfig:
     train_jobs: jobs per training episode (the workload otherwise follows [workload.synthetic]).
     buffer_size: replay transitions. batch_size: sampled per gradient step. grad_steps: per
     update. learning_starts: transitions in replay before learning. gamma: discount.
+    n_step: steps of reward summed before bootstrapping (1 = one-step Double DQN).
     lr, max_grad_norm: adam and global-norm clipping. target: "periodic" (copy every
     target_every updates) or "polyak" (rate tau each update). eps_start/eps_end/eps_decay:
     linear epsilon schedule over eps_decay updates. reward_scale: multiplies the env reward
@@ -63,6 +68,7 @@ class TrainConfig:
     grad_steps: int = 1
     learning_starts: int = 1000
     gamma: float = 0.99
+    n_step: int = 1
     lr: float = 3e-4
     max_grad_norm: float = 10.0
     target: str = "periodic"
@@ -82,6 +88,8 @@ class TrainConfig:
             raise ValueError("TrainConfig.total_updates must be a multiple of chunk_updates")
         if self.checkpoint_every % self.chunk_updates:
             raise ValueError("TrainConfig.checkpoint_every must be a multiple of chunk_updates")
+        if not isinstance(self.n_step, int) or self.n_step < 1:
+            raise ValueError(f"TrainConfig.n_step = {self.n_step!r}: must be a positive integer")
 
 
 class Runner(NamedTuple):
@@ -137,9 +145,13 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
             pick = jax.random.randint(key, (num_envs,), 0, bank.arrival_s.shape[0])
             return jax.tree.map(lambda x: x[pick], bank)
     optimiser = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
-    buffer = fbx.make_flat_buffer(
-        max_length=config.buffer_size, min_length=max(config.learning_starts // num_envs, 2),
-        sample_batch_size=config.batch_size, add_sequences=False, add_batch_size=num_envs)
+    # flashbax's flat buffer generalised to runs of n + 1 steps (its sizes, so n = 1 is it).
+    n = config.n_step
+    buffer = fbx.make_trajectory_buffer(
+        max_length_time_axis=config.buffer_size // num_envs,
+        min_length_time_axis=max(max(config.learning_starts // num_envs, 2) // num_envs + 1, n + 1),
+        add_batch_size=num_envs, sample_batch_size=config.batch_size,
+        sample_sequence_length=n + 1, period=1)
 
     def reset_envs(key):
         k_jobs, k_env = jax.random.split(key)
@@ -162,12 +174,13 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
                       ep_return=jnp.zeros(num_envs), update=jnp.int32(0), key=key)
 
     def learn(runner: Runner, key):
-        sample = buffer.sample(runner.buffer, key).experience
-        batch = {"obs": _restore(sample.first["obs"], env_params), "action": sample.first["action"],
-                 "reward": sample.first["reward"], "done": sample.first["done"],
-                 "next_obs": _restore(sample.second["obs"], env_params)}
+        run = buffer.sample(runner.buffer, key).experience  # [batch, n + 1, ...]
+        reward, done = ddqn.n_step_return(run["reward"][:, :n], run["done"][:, :n], config.gamma)
+        batch = {"obs": _restore(jax.tree.map(lambda x: x[:, 0], run["obs"]), env_params),
+                 "action": run["action"][:, 0], "reward": reward, "done": done,
+                 "next_obs": _restore(jax.tree.map(lambda x: x[:, n], run["obs"]), env_params)}
         (loss, q_mean), grads = jax.value_and_grad(ddqn.td_loss, has_aux=True)(
-            runner.params, runner.target_params, graphdef, agent, batch, config.gamma)
+            runner.params, runner.target_params, graphdef, agent, batch, config.gamma ** n)
         updates, opt_state = optimiser.update(grads, runner.opt_state, runner.params)
         params = optax.apply_updates(runner.params, updates)
         return runner._replace(params=params, opt_state=opt_state), (loss, q_mean)
@@ -181,8 +194,8 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         state, next_obs, reward, done, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, num_envs), runner.env_state, action, env_params)
         reward = reward * config.reward_scale
-        buf = buffer.add(runner.buffer, {"obs": _strip(obs), "action": action, "reward": reward,
-                                         "done": done})
+        step = {"obs": _strip(obs), "action": action, "reward": reward, "done": done}
+        buf = buffer.add(runner.buffer, jax.tree.map(lambda x: x[:, None], step))  # time axis 1
         ep_return = runner.ep_return + reward
         finished_return = jnp.where(done, ep_return, 0.0).sum()
         num_finished = done.sum()

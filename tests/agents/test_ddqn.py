@@ -63,6 +63,20 @@ def test_double_dqn_target_matches_hand_worked_example():
     np.testing.assert_allclose(np.asarray(target), [28.0, -2.0, 0.5])
 
 
+def test_n_step_return_matches_hand_worked_example():
+    # gamma 0.5, runs of 3 steps. Run 0: no episode end: 1 + 0.5 * 2 + 0.25 * 4 = 3, bootstrap.
+    # Run 1: the episode ends at step 1: 1 + 0.5 * 2 = 2 (step 2 is the next episode's), done.
+    # Run 2: it ends at step 0: the reward of step 0 alone, done.
+    reward = jnp.array([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [-3.0, 2.0, 4.0]])
+    done = jnp.array([[False, False, False], [False, True, False], [True, False, True]])
+    ret, ended = ddqn.n_step_return(reward, done, 0.5)
+    np.testing.assert_allclose(np.asarray(ret), [3.0, 2.0, -3.0])
+    np.testing.assert_array_equal(np.asarray(ended), [False, True, True])
+    one, one_done = ddqn.n_step_return(reward[:, :1], done[:, :1], 0.5)  # n = 1: one step
+    np.testing.assert_array_equal(np.asarray(one), [1.0, 1.0, -3.0])
+    np.testing.assert_array_equal(np.asarray(one_done), [False, False, True])
+
+
 def test_epsilon_schedule_is_linear_then_flat():
     assert float(ddqn.epsilon_at(0, 1.0, 0.1, 100)) == 1.0
     np.testing.assert_allclose(float(ddqn.epsilon_at(50, 1.0, 0.1, 100)), 0.55, rtol=1e-6)
