@@ -145,7 +145,9 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
             pick = jax.random.randint(key, (num_envs,), 0, bank.arrival_s.shape[0])
             return jax.tree.map(lambda x: x[pick], bank)
     optimiser = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.lr))
-    # flashbax's flat buffer generalised to runs of n + 1 steps (its sizes, so n = 1 is it).
+    # flashbax's flat buffer generalised to runs of n + 1 steps: the sizes the flat buffer
+    # derived from (max_length=buffer_size, min_length=max(learning_starts // num_envs, 2)),
+    # so n = 1 is that buffer. Learning itself waits for ``learning_starts`` (``can_learn``).
     n = config.n_step
     buffer = fbx.make_trajectory_buffer(
         max_length_time_axis=config.buffer_size // num_envs,

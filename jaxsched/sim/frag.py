@@ -40,7 +40,8 @@ def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
 
 
 def frag_drop(class_before, class_after, classes: FragClasses, axis: int = -1):
-    """F_n(before) - F_n(after) from exact per-class F_n(m) [..., M] -> [...] float32.
+    """F_n(before) - F_n(after) from exact per-class F_n(m) [..., M] -> [...] float32 (class
+    axis last by default).
 
     Summed from integer per-class differences, so an unchanged F_n is exactly 0 whatever the
     float rounding of F_n itself (the fgd policy and GPU rule both score this way).
