@@ -155,7 +155,8 @@ def n_step_return(reward, done, gamma: float):
     if reward.shape[1] == 1:
         return reward[:, 0], done[:, 0]
     # A step counts while no earlier step of the run ended the episode.
-    alive = jnp.cumprod(jnp.concatenate([jnp.ones_like(done[:, :1]), ~done[:, :-1]], 1).astype(jnp.float32), 1)
+    earlier_ended = jnp.concatenate([jnp.zeros_like(done[:, :1]), done[:, :-1]], 1)
+    alive = jnp.cumprod(~earlier_ended, 1).astype(jnp.float32)
     discounts = gamma ** jnp.arange(reward.shape[1], dtype=jnp.float32)
     return (reward * alive * discounts).sum(1), done.any(1)
 

@@ -53,7 +53,7 @@ def fgd_scores(obs, job):
     enough_g = exists & (free >= need) & (need > 0)  # [M, N, G]
     small_g = jnp.where(exists & (free < need), free, 0)  # [M, N, G]
     enough, too_small = enough_g.sum(-1), small_g.sum(-1)  # [M, N]
-    idle = obs.free_milli.sum(-1)  # [N]
+    idle = free.sum(-1)  # [N]
     before = _class_frag(enough, too_small, idle, obs.free_cpu, static_fit, per_node)  # [M, N]
     cpu_after = obs.free_cpu - job["cpu_milli"]  # [N]
 
@@ -75,7 +75,7 @@ def fgd_scores(obs, job):
         after_g = _class_frag(enough_gd, small_gd, (idle - d)[:, None], cpu_after[:, None],
                               static_fit[..., None], per_gpu)  # [M, N, G]
         delta = frag.frag_drop(before[..., None], after_g, per_gpu, axis=0)  # [N, G]
-        room = obs.cluster.gpu_exists & (obs.free_milli >= d)
+        room = exists & (free >= d)
         return jnp.where(room, frag.fgd_score(delta, 0.0), jnp.iinfo(jnp.int32).min).max(-1)
 
     # A real branch when not vmapped (the costly [M, N, G] pass only for fractional jobs);

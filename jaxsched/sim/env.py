@@ -219,9 +219,8 @@ class ClusterEnv:
         n = jnp.clip(action % n_nodes, 0, n_nodes - 1)
         is_reject = (action >= k_max * n_nodes) & (action < k_max * n_nodes + k_max)
         j = jnp.maximum(window[slot], 0)
-        legal_place = is_place & (window[slot] >= 0) & self._fits(core, jobs, cluster, j, n)  # place_mask[slot, n]
-        if not cfg.static:
-            legal_place = legal_place & (core.num_running < cfg.running_capacity)
+        legal_place = (is_place & (window[slot] >= 0) & self._fits(core, jobs, cluster, j, n)
+                       & self._has_room(core))  # = place_mask[slot, n]
         legal_reject = is_reject & (slot < core.queue_len)
         future = self._future_event_exists(core, jobs)
         legal_wait = (action == k_max * n_nodes + k_max) & future
@@ -328,10 +327,14 @@ class ClusterEnv:
     def _place_mask(self, core: Core, jobs: Jobs, cluster):
         """[K, N] bool: window job k fits node n now (and the running set has room)."""
         window = self._window(core)
-        mask = self._fits(core, jobs, cluster, jnp.maximum(window, 0)) & (window >= 0)[:, None]
-        if not self.config.static:
-            mask = mask & (core.num_running < self.config.running_capacity)
-        return mask
+        return (self._fits(core, jobs, cluster, jnp.maximum(window, 0)) & (window >= 0)[:, None]
+                & self._has_room(core))
+
+    def _has_room(self, core: Core):
+        """A job may be placed: the running set is not full (static mode has none)."""
+        if self.config.static:
+            return jnp.bool_(True)
+        return core.num_running < self.config.running_capacity
 
     def _next_arrival_time(self, core: Core, jobs: Jobs):
         p = core.next_arrival
@@ -565,7 +568,7 @@ class ClusterEnv:
         """
         t_next = self._next_event_time(core, state.jobs)
         boundary = t_next > core.time_s
-        decision = boundary & slot_fit.any() & (core.num_running < self.config.running_capacity)
+        decision = boundary & slot_fit.any() & self._has_room(core)
         finished = boundary & (t_next == INF) & ~decision
         return core.replace(done=core.done | finished), decision | finished
 
