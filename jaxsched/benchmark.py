@@ -54,7 +54,7 @@ def bench_jax(params, workload, env_config, scheduler: str, batch: int, max_step
     env = ClusterEnv(sched.env_config(env_config))
     run_fn = sharded_rollout if shard else rollout
     gen = jax.jit(jax.vmap(lambda k: synthetic.generate(k, workload)))
-    run = jax.jit(lambda p, j, k: run_fn(env, sched.policy, None, p, j, k, max_steps))
+    run = jax.jit(lambda p, j, k: run_fn(env, sched.policy, None, p, j, k, max_steps, turns=sched.turns))
 
     keys = jax.random.split(jax.random.key(0), batch)
     jobs = jax.block_until_ready(gen(keys))

@@ -47,7 +47,7 @@ from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import policies, report
 from jaxsched.errors import DataError
-from jaxsched.rollout import rollout_timeline, sharded_rollout
+from jaxsched.rollout import TURNS, rollout_timeline, sharded_rollout
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, to_device
 from jaxsched.workload import alibaba, classes, synthetic
@@ -121,14 +121,14 @@ DEFAULT_SWEEP_LOADS = (0.5, 0.7, 0.9, 1.1)
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled_rollout(env: ClusterEnv, policy, max_steps: int):
+def _compiled_rollout(env: ClusterEnv, policy, max_steps: int, turns: int | None = TURNS):
     """Jitted rollout -> (metrics, the final-state fields of ``report.RECORD_FIELDS``).
 
     Cached, so a sweep (or a second evaluation in one process) compiles once per scheduler.
     With several local devices the episodes are split across them (``sharded_rollout``).
     """
     def run(params, jobs, keys):
-        state, metrics = sharded_rollout(env, policy, None, params, jobs, keys, max_steps)
+        state, metrics = sharded_rollout(env, policy, None, params, jobs, keys, max_steps, turns)
         records = {f: getattr(state, f) if hasattr(state, f) else getattr(state.core, f)
                    for f in report.RECORD_FIELDS}
         return metrics, records
@@ -149,7 +149,7 @@ def run_scheduler(name: str, config: cfg_lib.Config, params: EnvParams, jobs, en
     """
     sched = policies.get(name)
     env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
-    run = _compiled_rollout(env, sched.policy, max_steps)
+    run = _compiled_rollout(env, sched.policy, max_steps, sched.turns)
     episodes, batch = config.eval.episodes, config.eval.batch_size
     frames, records = [], []
     for lo in range(0, episodes, batch):

@@ -8,6 +8,7 @@ after each one (for plots over time).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -19,42 +20,53 @@ from jaxsched.types import GPU_MILLI, EnvParams, Jobs
 
 
 CPU_CHUNK = 16  # best of 8..128 at 1,024 episodes on 2 CPU cores (see rollout's docstring)
+TURNS = 2  # event turns per iteration of the turn-by-turn loop (see rollout's docstring)
 
 
 def default_chunk() -> int | None:
-    """Episodes stepped together: small on a CPU (cache, slowest-episode waits), all on a GPU."""
+    """Episodes run together: small on a CPU (cache, slowest-episode waits), all on a GPU."""
     return CPU_CHUNK if jax.default_backend() == "cpu" else None
 
 
 def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvParams,
-            jobs: Jobs, keys, max_steps: int, chunk: int | None = -1):
+            jobs: Jobs, keys, max_steps: int, chunk: int | None = -1, turns: int | None = TURNS):
     """Run a batch of episodes to the end.
 
     env_params: one ``EnvParams`` shared by the batch. jobs: ``Jobs`` with a leading batch
     axis [B, J]. keys: [B] per-episode keys (results do not depend on how a batch is split).
-    max_steps: step cap; an episode still running then has metrics["done"] == 0.
-    chunk: episodes stepped together (-1: ``default_chunk()``, None: the whole batch); a
-    larger batch runs as a sequence of chunks (``lax.map``). Under ``vmap`` the env's event
-    loop runs as long as the slowest episode of its batch, and a small chunk's state stays
-    in cache: at 1,024 episodes on 2 CPU cores, chunks of 16 gave ~85k decisions/s, 64
-    ~60k, 128 ~40k and the whole batch ~28k (64 nodes, first-fit).
-    Returns (final states [B], metrics dict of [B] arrays). Jit it with ``env`` and
-    ``policy`` static (``jax.jit(rollout, static_argnums=(0, 1, 6))``).
+    max_steps: step cap (decisions per episode); an episode still running then has
+    metrics["done"] == 0.
+    chunk: episodes run together (-1: ``default_chunk()``, None: the whole batch); a
+    larger batch runs as a sequence of chunks (``lax.map``).
+    turns: how the loop advances the episodes; either way the episodes are exactly the same
+    (same states, same keys):
+      None  step: each iteration, every episode takes a decision and runs to its next one
+            (``env.step``). Under ``vmap`` the event loop runs as long as the slowest
+            episode of the chunk, so chunks stay small: on 2 CPU cores at 1,024 episodes,
+            chunks of 16 gave ~85k decisions/s, 64 ~60k, 128 ~40k, the whole batch ~28k
+            (64 nodes, first-fit, before later speed-ups).
+      int   turn by turn: each iteration, an episode at a decision point decides, then every
+            episode runs ``turns`` event turns, masked off once it reaches its next stop. No
+            episode waits for another, so a whole batch runs well in one ``vmap``, but the
+            policy runs every iteration (about two per decision with 2 turns).
+    Measured side by side: results/bench/rollout_schedule.md.
+    Returns (final states [B], metrics dict of [B] arrays). Jit it with ``env``, ``policy``,
+    ``max_steps``, ``chunk`` and ``turns`` static.
     """
     batch = keys.shape[0]
     chunk = default_chunk() if chunk == -1 else chunk
+    loop = _rollout_steps if turns is None else functools.partial(_rollout_turns, turns=turns)
+    run = lambda j, k: loop(env, policy, policy_params, env_params, j, k, max_steps)  # noqa: E731
     if chunk is None or batch <= chunk:
-        return _rollout_batch(env, policy, policy_params, env_params, jobs, keys, max_steps)
+        return run(jobs, keys)
     padded = -(-batch // chunk) * chunk  # repeat the last episode up to a multiple of chunk
     split = lambda x: jnp.concatenate(  # noqa: E731
         [x, jnp.repeat(x[-1:], padded - batch, axis=0)]).reshape(padded // chunk, chunk, *x.shape[1:])
-    out = jax.lax.map(
-        lambda c: _rollout_batch(env, policy, policy_params, env_params, c[0], c[1], max_steps),
-        (jax.tree.map(split, jobs), split(keys)))
+    out = jax.lax.map(lambda c: run(*c), (jax.tree.map(split, jobs), split(keys)))
     return jax.tree.map(lambda x: x.reshape(padded, *x.shape[2:])[:batch], out)
 
 
-def _rollout_batch(env, policy, policy_params, env_params, jobs, keys, max_steps):
+def _rollout_steps(env, policy, policy_params, env_params, jobs, keys, max_steps):
     """All episodes of the batch stepped together (vmap) until every one is done."""
     reset_keys, step_keys = jax.vmap(lambda k: jax.random.split(k))(keys).swapaxes(0, 1)
     state, obs = jax.vmap(env.reset, in_axes=(0, None, 0))(reset_keys, env_params, jobs)
@@ -80,8 +92,43 @@ def _rollout_batch(env, policy, policy_params, env_params, jobs, keys, max_steps
     return state, jax.vmap(env.metrics, in_axes=(0, None))(state, env_params)
 
 
+def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps, turns):
+    """All episodes of the batch run together (vmap), turn by turn, until every one is done.
+
+    Each iteration, per episode (``ClusterEnv.cursor`` and friends): a rescheduling pass if
+    one is due; a decision if the episode is at a decision point below the step cap; then
+    ``turns`` masked event turns. Decision t of an episode uses ``fold_in(step_key, t)``,
+    as in ``_rollout_steps``, so the episodes are the same.
+    """
+    reset_keys, step_keys = jax.vmap(lambda k: jax.random.split(k))(keys).swapaxes(0, 1)
+    state, _ = jax.vmap(env.reset, in_axes=(0, None, 0))(reset_keys, env_params, jobs)
+    cursor = jax.vmap(env.cursor, in_axes=(0, None))(state, env_params)
+
+    def decide(key, cur):
+        core = cur.state.core
+        t = core.acc.decisions
+        go = cur.stop & ~core.done & ~core.resched_due & (t < max_steps)
+        k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
+        action = policy(policy_params, env.observe(cur.state, env_params), k_policy)
+        return env.turns(env.act_at(k_env, cur, action, env_params, go), env_params, turns)
+
+    def finished(cur):
+        core = cur.state.core
+        return core.done | (cur.stop & ~core.resched_due & (core.acc.decisions >= max_steps))
+
+    def body(cur):
+        if env.config.rescheduling:
+            cur = jax.lax.cond(cur.state.core.resched_due.any(),
+                               jax.vmap(env.run_due_pass, in_axes=(0, None)), lambda c, _: c,
+                               cur, env_params)
+        return jax.vmap(decide)(step_keys, cur)
+
+    cursor = jax.lax.while_loop(lambda cur: ~finished(cur).all(), body, cursor)
+    return cursor.state, jax.vmap(env.metrics, in_axes=(0, None))(cursor.state, env_params)
+
+
 def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvParams,
-                    jobs: Jobs, keys, max_steps: int):
+                    jobs: Jobs, keys, max_steps: int, turns: int | None = TURNS):
     """``rollout`` with the episode batch split across every local device (``shard_map``).
 
     Each device runs its own shard to the end (no cross-device sync per step). Episodes
@@ -90,7 +137,7 @@ def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params
     """
     devices = jax.devices()
     if len(devices) == 1:
-        return rollout(env, policy, policy_params, env_params, jobs, keys, max_steps)
+        return rollout(env, policy, policy_params, env_params, jobs, keys, max_steps, turns=turns)
     batch = keys.shape[0]
     padded = -(-batch // len(devices)) * len(devices)
     pad = lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], padded - batch, axis=0)])  # noqa: E731
@@ -99,7 +146,7 @@ def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params
     place = lambda x, spec: jax.lax.with_sharding_constraint(  # noqa: E731
         x, jax.sharding.NamedSharding(mesh, spec))
     run = jax.shard_map(
-        lambda p, pp, j, k: rollout(env, policy, pp, p, j, k, max_steps),
+        lambda p, pp, j, k: rollout(env, policy, pp, p, j, k, max_steps, turns=turns),
         mesh=mesh, in_specs=(whole, whole, split, split), out_specs=split, check_vma=False)
     jobs = jax.tree.map(lambda x: place(pad(x), split), jobs)
     env_params, policy_params = jax.tree.map(lambda x: place(x, whole), (env_params, policy_params))
@@ -128,7 +175,7 @@ def rollout_timeline(env: ClusterEnv, policy: Callable, policy_params, env_param
     total_milli = env_params.cluster.gpu_exists.sum(dtype=jnp.int32) * GPU_MILLI
 
     def one_step(key, state, obs, t):
-        # Same key schedule as ``_rollout_batch``, so the episodes are the same.
+        # Same key schedule as ``_rollout_steps``, so the episodes are the same.
         k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
         action = policy(policy_params, obs, k_policy)
         state, obs, _, _, _ = env.step(k_env, state, action, env_params)

@@ -220,7 +220,8 @@ def evaluate_agent(run: RunConfig, graphdef, params, show_progress: bool = True)
     env_keys = ev.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
     env = ClusterEnv(config.env)
     policy = ddqn.greedy_policy(graphdef, run.agent)
-    fn = jax.jit(lambda p, pp, j, k: sharded_rollout(env, policy, pp, p, j, k, max_steps)[1])
+    fn = jax.jit(lambda p, pp, j, k: sharded_rollout(  # stepping: a network is a costly policy
+        env, policy, pp, p, j, k, max_steps, turns=None)[1])
     frames, batch = [], config.eval.batch_size
     start = time.perf_counter()
     for lo in range(0, config.eval.episodes, batch):

@@ -187,6 +187,23 @@ class SimState:
 
 
 @struct.dataclass
+class Cursor:
+    """An episode between event turns: what a rollout that interleaves decisions and event
+    turns carries per episode (``ClusterEnv.cursor``, ``act_at``, ``turns``).
+
+    state     SimState
+    slot_fit  [K] bool  window slot k holds a job that fits some node (dynamic mode; kept
+                        exact per event)
+    stop      []  bool  no event turn is due: a decision point, the end, or (with
+                        ``state.core.resched_due``) a rescheduling pass to run first
+    """
+
+    state: SimState
+    slot_fit: jax.Array
+    stop: jax.Array
+
+
+@struct.dataclass
 class Observation:
     """What a policy sees at a decision point.
 

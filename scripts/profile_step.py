@@ -4,6 +4,11 @@ Side by side in one process (64 nodes, 500 jobs per episode, 1,024 episodes, fir
 the base setting, then each variant; the speed-up of a variant over the base bounds what
 that component costs. Writes results/bench/profile.md.
 
+``--schedules`` compares the rollout's two loop schedules (``rollout.rollout``: stepping vs
+turn by turn) for first-fit and FGD, on every CPU core (sharded, the default chunk) and on
+one device with the whole batch in one ``vmap`` (as on a GPU). Writes
+results/bench/rollout_schedule.md.
+
 ``--turns`` instead counts event-loop turns (no timing): per decision on average, and the
 mean over steps of the most turns any episode of a chunk takes -- under ``vmap`` a chunk's
 loop runs that many turns, so the ratio is the work lost to waiting for the slowest
@@ -11,6 +16,7 @@ episode. Writes results/bench/turns.md.
 
     python scripts/profile_step.py
     python scripts/profile_step.py --turns
+    python scripts/profile_step.py --schedules
 """
 
 from __future__ import annotations
@@ -26,15 +32,20 @@ import numpy as np
 
 from jaxsched import policies
 from jaxsched.benchmark import make_setup
-from jaxsched.rollout import rollout
+from jaxsched.devices import use_all_cpu_cores
+from jaxsched.rollout import rollout, sharded_rollout
 from jaxsched.sim import ClusterEnv
 from jaxsched.workload import synthetic
 
 
-def measure(env_config, params, jobs, keys, chunk=-1, scheduler="first-fit", reps=2) -> float:
+def measure(env_config, params, jobs, keys, chunk=-1, scheduler="first-fit", reps=2, turns=-1,
+            shard=False) -> float:
     sched = policies.get(scheduler)
     env = ClusterEnv(sched.env_config(env_config))
-    run = jax.jit(lambda p, j, k: rollout(env, sched.policy, None, p, j, k, 1600, chunk=chunk)[1])
+    if shard:  # every device, each with the default chunk
+        run = jax.jit(lambda p, j, k: sharded_rollout(env, sched.policy, None, p, j, k, 1600, turns)[1])
+    else:  # the first device only
+        run = jax.jit(lambda p, j, k: rollout(env, sched.policy, None, p, j, k, 1600, chunk, turns)[1])
     compiled = run.lower(params, jobs, keys).compile()
     jax.block_until_ready(compiled(params, jobs, keys))
     best = 0.0
@@ -79,10 +90,42 @@ def count_turns(env_config, params, jobs, steps: int, chunks=(1, 16, 64, 256)) -
             "|---|---|", *rows]
 
 
+def compare_schedules(base, params, jobs, keys) -> int:
+    """Decisions/s of both loop schedules, side by side (results/bench/rollout_schedule.md)."""
+    devices = len(jax.devices())
+    variants = [  # (label, turns, shard, chunk)
+        (f"{devices} devices, chunks of 16, stepping", None, True, -1),
+        (f"{devices} devices, chunks of 16, turn by turn, 2 turns", 2, True, -1),
+        (f"{devices} devices, chunks of 16, turn by turn, 4 turns", 4, True, -1),
+        ("1 device, whole batch, stepping", None, False, None),
+        ("1 device, whole batch, turn by turn, 2 turns", 2, False, None),
+        ("1 device, whole batch, turn by turn, 4 turns", 4, False, None),
+    ]
+    lines = ["Command: `python scripts/profile_step.py --schedules` (64 nodes, 500 jobs/episode, "
+             f"1,024 episodes, R=512, {jax.devices()[0].platform}; the same episodes every row)", "",
+             "| scheduler | loop | decisions/s | vs the first row |", "|---|---|---|---|"]
+    for scheduler in ("first-fit", "fgd"):
+        first = None
+        for label, turns, shard, chunk in variants:
+            rate = measure(base, params, jobs, keys, chunk, scheduler, turns=turns, shard=shard)
+            first = first or rate
+            lines.append(f"| {scheduler} | {label} | {rate:,.0f} | x{rate / first:.2f} |")
+            print(lines[-1], flush=True)
+    lines += ["", "The registered schedulers run turn by turn with 2 turns (`Scheduler.turns`), except FGD,",
+              "which steps; CPU rollouts run chunks of 16 episodes per device, GPU rollouts the whole",
+              "batch in one `vmap` (the '1 device, whole batch' rows are the CPU stand-in for that)."]
+    Path("results/bench").mkdir(parents=True, exist_ok=True)
+    Path("results/bench/rollout_schedule.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", action="store_true", help="count event-loop turns instead of timing")
+    parser.add_argument("--schedules", action="store_true", help="stepping vs turn by turn")
     args = parser.parse_args(argv)
+    if args.schedules:
+        use_all_cpu_cores()  # before JAX starts its backend (make_setup below)
     batch = 1024
     _, workload, frag, params, base = make_setup(64, 500, running_capacity=512)
     keys = jax.random.split(jax.random.key(0), batch)
@@ -95,6 +138,8 @@ def main(argv=None) -> int:
         Path("results/bench").mkdir(parents=True, exist_ok=True)
         Path("results/bench/turns.md").write_text("\n".join(lines) + "\n")
         return 0
+    if args.schedules:
+        return compare_schedules(base, params, jobs, keys)
     one_class = params.replace(frag_classes=jax.tree.map(lambda x: x[:1], params.frag_classes))
     variants = [
         ("base (K=8, Q=256, R=512, M=%d FGD classes, chunk 16)" % frag.prob.shape[0], base, params, -1),

@@ -22,6 +22,7 @@ from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
+from jaxsched.rollout import TURNS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,9 @@ class Scheduler:
     """A registry entry: the node rule (a policy), the GPU rule inside the node, and what
     it needs from the env: a queue order (None: the run's, FIFO by default), per-node job
     classes, rescheduling passes (the run's settings if it turns them on, else DRR's
-    published interval, ``DRR_RESCHED_INTERVAL_S``)."""
+    published interval, ``DRR_RESCHED_INTERVAL_S``); and the rollout loop that runs it
+    fastest (``turns``, see ``rollout.rollout``): turn by turn for cheap policies, stepping
+    for costly ones (results/bench/rollout_schedule.md)."""
 
     name: str
     policy: Callable
@@ -38,6 +41,7 @@ class Scheduler:
     queue_order: str | None = None
     track_job_classes: bool = False
     rescheduling: bool = False
+    turns: int | None = TURNS
 
     def env_config(self, config):
         """``config`` (an ``EnvConfig``) with what this scheduler needs applied."""
@@ -69,7 +73,8 @@ REGISTRY = {
         Scheduler("gpu-clustering", gpu_clustering, "best-fit",
                   "FGD paper's GpuClustering: nodes hosting the same job class",
                   track_job_classes=True),
-        Scheduler("fgd", fgd, "fgd", "Fragmentation Gradient Descent (Weng et al., ATC '23)"),
+        Scheduler("fgd", fgd, "fgd", "Fragmentation Gradient Descent (Weng et al., ATC '23)",
+                  turns=None),
         Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
         Scheduler("r&p", gpu_packing, "best-fit",
                   "reschedule & pack: gpu-packing plus DRR's periodic migration pass",

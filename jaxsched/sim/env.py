@@ -27,7 +27,7 @@ from jaxsched.sim.reduce import ordered_sum
 from jaxsched.sim.resources import GPU_RULES
 from jaxsched.types import (
     GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
-    Core, EnvParams, Jobs, Observation, SimState,
+    Core, Cursor, EnvParams, Jobs, Observation, SimState,
 )
 
 INF = np.float32(np.inf)  # numpy, not a JAX array: importing the env must not start a backend
@@ -206,10 +206,24 @@ class ClusterEnv:
         Returns (state, obs, reward, done, info); info holds ``legal`` (the action was legal).
         Once the episode is done, ``step`` changes nothing and counts nothing.
         """
+        live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
+        state, cost_s, legal = self.act(key, state, action, params)
+        state = self._advance(state, params)
+        if self.config.reward == "in_system":
+            cost_s = state.core.acc.in_system_integral - in_system_before
+        reward = jnp.where(live, -cost_s * self.config.reward_scale, 0.0)
+        return state, self.observe(state, params), reward, state.core.done, {"legal": legal}
+
+    def act(self, key, state: SimState, action, params: EnvParams, active=True):
+        """The first half of ``step``: apply the action, without running to the next decision.
+
+        ``active`` False (or a done episode) changes nothing. Returns (state, cost_s, legal):
+        cost_s is the placed job's JCT (seconds) when it was placed, else 0.
+        """
         cfg, cluster, jobs, core = self.config, params.cluster, state.jobs, state.core
         k_max, n_nodes = cfg.window, cluster.num_nodes
         action = jnp.asarray(action, jnp.int32)
-        live = ~core.done
+        live = ~core.done & active
 
         # Decode the flat action and test it against the current masks.
         window = self._window(core)
@@ -271,14 +285,52 @@ class ClusterEnv:
             t_next = self._next_event_time(core, jobs)
             core = self._move_clock(core, jnp.where(wait, t_next, core.time_s), params)
 
-        in_system_before = state.core.acc.in_system_integral
-        state = self._advance(state.replace(core=core), params)
-        if cfg.reward == "placed_jct":
-            cost_s = jnp.where(place, end - jobs.arrival_s[j], 0.0)
-        else:
-            cost_s = state.core.acc.in_system_integral - in_system_before
-        reward = jnp.where(live, -cost_s * cfg.reward_scale, 0.0)
-        return state, self.observe(state, params), reward, state.core.done, {"legal": legal}
+        cost_s = jnp.where(place, end - jobs.arrival_s[j], 0.0)
+        return state.replace(core=core), cost_s, legal
+
+    # ----- turn by turn (rollouts that interleave decisions and events) ---------------------
+    # ``step`` = ``act`` and then event turns until the next stop. Under ``vmap`` that loop
+    # runs as long as the slowest episode of the batch; a rollout can instead carry a
+    # ``Cursor`` per episode and do, every iteration, a decision where one is due and a few
+    # masked event turns (``rollout.rollout``). Same states, same order of events.
+    def cursor(self, state: SimState, params: EnvParams) -> Cursor:
+        """The cursor of ``state``: its window's fit flags and whether it is at a stop (a
+        state from ``reset`` or ``step`` is). Sets ``done`` when no event is left."""
+        if self.config.static:
+            core, stop = self._static_stop(state, state.core)
+            return Cursor(state.replace(core=core), jnp.zeros(self.config.window, bool), stop)
+        slot_fit = self._slot_fit(state.core, state.jobs, params.cluster)
+        core, stop = self._check_stop(state, state.core, slot_fit)
+        return Cursor(state.replace(core=core), slot_fit, stop | core.resched_due)
+
+    def act_at(self, key, cur: Cursor, action, params: EnvParams, active) -> Cursor:
+        """``act`` when ``active`` (the cursor must be at a decision point), then the new cursor."""
+        state, _, _ = self.act(key, cur.state, action, params, active)
+        new = self.cursor(state, params)
+        return Cursor(new.state, jnp.where(active, new.slot_fit, cur.slot_fit),
+                      jnp.where(active, new.stop, cur.stop))
+
+    def turns(self, cur: Cursor, params: EnvParams, count: int) -> Cursor:
+        """``count`` event turns, each one masked off once the cursor is at a stop (so the
+        cost is fixed and the result is the same as turning only while needed)."""
+        def one(_, cur):
+            state = cur.state
+            if self.config.static:
+                core, _ = self._static_turn(state, state.core, params)  # no-op at a stop
+                core, stop = self._static_stop(state, core)
+                return Cursor(state.replace(core=core), cur.slot_fit, stop)
+            go = ~cur.stop
+            core, slot_fit, stop = self._dynamic_turn(state, state.core, cur.slot_fit, params, go)
+            return Cursor(state.replace(core=core), jnp.where(go, slot_fit, cur.slot_fit),
+                          jnp.where(go, stop, cur.stop))
+        return jax.lax.fori_loop(0, count, one, cur, unroll=True)
+
+    def run_due_pass(self, cur: Cursor, params: EnvParams) -> Cursor:
+        """The rescheduling pass when one is due (``resched_due``), then the new cursor."""
+        due = cur.state.core.resched_due
+        new = self.cursor(self._reschedule(cur.state, params, due), params)
+        return Cursor(new.state, jnp.where(due, new.slot_fit, cur.slot_fit),
+                      jnp.where(due, new.stop, cur.stop))
 
     # ----- observation ---------------------------------------------------------------------
     def observe(self, state: SimState, params: EnvParams) -> Observation:
@@ -572,9 +624,9 @@ class ClusterEnv:
         finished = boundary & (t_next == INF) & ~decision
         return core.replace(done=core.done | finished), decision | finished
 
-    def _dynamic_turn(self, state: SimState, core: Core, slot_fit, params: EnvParams):
-        """One loop turn (never at a stop): move the clock to the next event and handle it,
-        then check for a stop (``_check_stop``).
+    def _dynamic_turn(self, state: SimState, core: Core, slot_fit, params: EnvParams, active=True):
+        """One loop turn (never at a stop; ``active`` False: no turn, nothing changes): move
+        the clock to the next event and handle it, then check for a stop (``_check_stop``).
 
         At one instant completions come first, then arrivals, then a rescheduling pass (which
         stops the loop so ``_advance`` can run it). ``slot_fit`` [K] is kept exact without a
@@ -586,9 +638,10 @@ class ClusterEnv:
         t_done = self._next_end_time(core)
         t_arrival = self._next_arrival_time(core, jobs)
         t_resched = self._next_resched_time(core, jobs)
-        core = self._move_clock(core, jnp.minimum(jnp.minimum(t_done, t_arrival), t_resched), params)
-        completion = t_done <= jnp.minimum(t_arrival, t_resched)
-        arrival = ~completion & (t_arrival <= t_resched)
+        t_event = jnp.minimum(jnp.minimum(t_done, t_arrival), t_resched)
+        core = self._move_clock(core, jnp.where(active, t_event, core.time_s), params)
+        completion = active & (t_done <= jnp.minimum(t_arrival, t_resched))
+        arrival = active & ~completion & (t_arrival <= t_resched)
 
         done_node = state.node[jnp.maximum(core.run_job[core.run_head], 0)]
         core = self._complete(state, core, params, completion)
@@ -606,22 +659,23 @@ class ClusterEnv:
         shifted = jnp.where(k < pos, slot_fit, jnp.where(k == pos, new_fit, jnp.roll(slot_fit, 1)))
         slot_fit = jnp.where(entered, shifted, slot_fit)
 
-        due = ~completion & ~arrival
-        core, stop = self._check_stop(state, core.replace(resched_due=due), slot_fit)
+        due = active & ~completion & ~arrival
+        core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), slot_fit)
         return core, slot_fit, stop | due
 
     # ----- rescheduling (docs/schedulers.md, "Rescheduling") ------------------------------
-    def _reschedule(self, state: SimState, params: EnvParams) -> SimState:
-        """One pass at the current time: up to ``resched_max_moves`` moves, then the next pass time."""
+    def _reschedule(self, state: SimState, params: EnvParams, active=True) -> SimState:
+        """One pass at the current time (when ``active``): up to ``resched_max_moves`` moves,
+        then the next pass time."""
         cfg = self.config
         state = jax.lax.fori_loop(0, cfg.resched_max_moves,
-                                  lambda _, s: self._migrate_one(s, params), state)
+                                  lambda _, s: self._migrate_one(s, params, active), state)
         core = state.core
         return state.replace(core=core.replace(
-            next_resched_s=core.next_resched_s + jnp.float32(cfg.resched_interval_s),
-            resched_due=jnp.bool_(False)))
+            next_resched_s=core.next_resched_s + jnp.where(active, jnp.float32(cfg.resched_interval_s), 0.0),
+            resched_due=jnp.where(active, False, core.resched_due)))
 
-    def _migrate_one(self, state: SimState, params: EnvParams) -> SimState:
+    def _migrate_one(self, state: SimState, params: EnvParams, active=True) -> SimState:
         """Move one running GPU job off an under-allocated node to a more allocated one, if any."""
         cfg, cluster, jobs, core = self.config, params.cluster, state.jobs, state.core
         t, n_nodes = core.time_s, cluster.num_nodes
@@ -649,7 +703,7 @@ class ClusterEnv:
         remaining = jnp.where(tier, core.run_end_s - t, -INF)
         tier = tier & (remaining == remaining.max())
         pos = jnp.argmin(jnp.where(tier, rj, big))
-        move = movable.any()
+        move = movable.any() & active
         j, s = rj[pos], src[pos]
         # Its destination: the most allocated node it fits; ties by rank.
         dest_alloc = jnp.where(dest_ok[pos], alloc840, -1)
@@ -692,15 +746,22 @@ class ClusterEnv:
             end_s=state.end_s.at[j].set(jnp.where(move, new_end, state.end_s[j])),
         )
 
+    def _static_stop(self, state: SimState, core: Core):
+        """Static mode: a decision point (a job waits) or the end (every job has arrived)?
+        -> (core with ``done`` set at the end, stop)."""
+        jobs, p = state.jobs, core.next_arrival
+        all_arrived = (p >= jobs.num_jobs) | ~jobs.valid[jnp.minimum(p, jobs.num_jobs - 1)]
+        waiting = core.queue_len > 0
+        return core.replace(done=core.done | (~waiting & all_arrived)), waiting | all_arrived
+
     def _static_turn(self, state: SimState, core: Core, params: EnvParams):
-        """One loop turn in static mode: the next job arrives and is queued or fails."""
+        """One loop turn in static mode, unless at a stop: the next job arrives and is queued
+        or fails. -> (core, whether it was at a stop)."""
         jobs, cluster = state.jobs, params.cluster
+        core, stop = self._static_stop(state, core)
+        active = ~stop
         p = core.next_arrival
         j = jnp.minimum(p, jobs.num_jobs - 1)
-        all_arrived = (p >= jobs.num_jobs) | ~jobs.valid[j]
-        waiting = core.queue_len > 0
-        stop = waiting | all_arrived
-        active = ~stop
         fits_any = self._fits(core, jobs, cluster, j).any()
         enqueue = active & fits_any
         core = core.replace(
@@ -710,6 +771,5 @@ class ClusterEnv:
             queue_key=core.queue_key.at[0].set(jnp.where(enqueue, 0.0, core.queue_key[0])),
             queue_len=core.queue_len + enqueue,
             acc=core.acc.replace(failed=core.acc.failed + (active & ~fits_any)),
-            done=core.done | (~waiting & all_arrived),
         )
         return core, stop

@@ -8,6 +8,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxsched import cluster as cl
@@ -157,6 +158,37 @@ def test_same_key_same_episode_and_vmap_equals_one_by_one(cluster, seed, data):
         state_i, m_i = run(params, one, keys[i:i + 1])
         chex.assert_trees_all_equal(jax.tree.map(lambda x: x[i], m_a), jax.tree.map(lambda x: x[0], m_i))
         np.testing.assert_array_equal(np.asarray(state_a.end_s[i]), np.asarray(state_i.end_s[0]))
+
+
+SCHEDULE_CASES = {  # every code path the two loop schedules treat differently: (env, turns)
+    "dynamic": (ENV, 1),
+    "static": (STATIC_ENV, 2),
+    "sjf-small": (ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=3,
+                                       queue_order="sjf")), 3),
+    "rescheduling": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10,
+                                          resched_interval_s=40.0, migration_pause_s=7.0)), 2),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_schedule(env, turns):
+    return jax.jit(lambda p, j, k, cap: rollout(env, random_any, None, p, j, k, cap, turns=turns),
+                   static_argnums=3)
+
+
+@pytest.mark.parametrize("case", SCHEDULE_CASES)
+@settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
+@given(cluster=clusters(), seed=st.integers(0, 2**31 - 1), data=st.data())
+def test_turn_by_turn_rollout_equals_stepping(case, cluster, seed, data):
+    env, turns = SCHEDULE_CASES[case]
+    jobs = [data.draw(workloads()) for _ in range(3)]
+    params = to_device(EnvParams(cluster, FRAG_CLASSES))
+    batch = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *jobs)
+    keys = jax.random.split(jax.random.key(seed), 3)
+    for cap in (4 * PAD_JOBS + 20, 3):  # to the end; and stopped by the step cap
+        stepped = jitted_schedule(env, None)(params, batch, keys, cap)
+        by_turns = jitted_schedule(env, turns)(params, batch, keys, cap)
+        chex.assert_trees_all_equal(by_turns, stepped)  # every state field and every metric
 
 
 def small_workload(seed, n=PAD_JOBS):
