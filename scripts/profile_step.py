@@ -42,6 +42,7 @@ def measure(env_config, params, jobs, keys, chunk=-1, scheduler="first-fit", rep
             shard=False) -> float:
     sched = policies.get(scheduler)
     env = ClusterEnv(sched.env_config(env_config))
+    turns = sched.turns if turns == -1 else turns  # -1: the scheduler's own loop schedule
     if shard:  # every device, each with the default chunk
         run = jax.jit(lambda p, j, k: sharded_rollout(env, sched.policy, None, p, j, k, 1600, turns)[1])
     else:  # the first device only
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
         rows.append((label, rate, rate / base_rate))
         print(f"{label:55s} {rate:>10,.0f} decisions/s  x{rate / base_rate:.2f}", flush=True)
     lines = ["Command: `python scripts/profile_step.py` (64 nodes, 500 jobs/episode, 1,024 episodes, "
-             f"first-fit, {jax.devices()[0].platform})", "",
+             f"first-fit turn by turn, {jax.devices()[0].platform})", "",
              "| variant | decisions/s | vs base |", "|---|---|---|"]
     lines += [f"| {label} | {rate:,.0f} | x{ratio:.2f} |" for label, rate, ratio in rows]
     out = Path("results/bench")

@@ -191,6 +191,12 @@ def test_turn_by_turn_rollout_equals_stepping(case, cluster, seed, data):
         chex.assert_trees_all_equal(by_turns, stepped)  # every state field and every metric
 
 
+@pytest.mark.parametrize("turns", [0, -1, 1.5])
+def test_rollout_refuses_a_turn_count_that_cannot_advance(turns):
+    with pytest.raises(ValueError, match="turns"):
+        rollout(ENV, random_legal, None, None, None, None, 10, turns=turns)
+
+
 def small_workload(seed, n=PAD_JOBS):
     rng = np.random.default_rng(seed)
     num_gpu = rng.choice([0, 1, 2], n)
