@@ -1,7 +1,8 @@
 """One rollout for every policy: heuristics and learned agents run through the same code.
 
-``rollout`` resets a batch of episodes and steps them (vmapped) until every episode is done
-or a step cap is reached, then returns the final states and per-episode metrics.
+``rollout`` resets a batch of episodes and runs them (vmapped; stepping, or turn by turn)
+until every episode is done or a step cap is reached, then returns the final states and
+per-episode metrics.
 ``rollout_timeline`` steps the same episodes a fixed number of steps and records the cluster
 after each one (for plots over time).
 """
@@ -160,9 +161,9 @@ def rollout_timeline(env: ClusterEnv, policy: Callable, policy_params, env_param
                      jobs: Jobs, keys, num_steps: int):
     """Step a (small) batch for exactly ``num_steps`` decisions and record the cluster each step.
 
-    The same episodes as ``rollout`` on the same ``keys``: the same reset and step keys and
-    the same ``env.step``, so once ``num_steps`` covers every episode's decisions the final
-    states agree. Steps after an episode ends change nothing (its records repeat, done=True).
+    The same episodes as ``rollout`` (either schedule) on the same ``keys``: the same reset
+    and step keys and ``env.step``, so once ``num_steps`` covers every episode's decisions
+    the final states agree. Steps after an episode ends change nothing (its records repeat, done=True).
     Use a few episodes: the records are [B, num_steps].
     Returns (final states [B], timeline dict of [B, num_steps] arrays, the state after step t):
       time_s          float32  the clock
