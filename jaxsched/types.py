@@ -123,6 +123,10 @@ class Core:
     queue         [Q]     int32    queued job indices in queue order, -1 after the end
     queue_key     [Q]     float32  the discipline's sort key of each queued job (+inf after the end)
     queue_len     []      int32
+    window_fit    [K, N]  bool     window slot k holds a job that fits node n now (running
+                                   capacity aside): kept exact per event in O(K + N), a
+                                   node's column when its resources change, a slot's row
+                                   when a job enters or leaves the window
     run_job       [R]     int32    running jobs, a ring sorted by end time: run_job[run_head]
     run_end_s     [R]     float32  ends first; entries past num_running are -1 / +inf
     run_head      []      int32    ring position of the running job that ends first
@@ -147,6 +151,7 @@ class Core:
     queue: jax.Array
     queue_key: jax.Array
     queue_len: jax.Array
+    window_fit: jax.Array
     run_job: jax.Array
     run_end_s: jax.Array
     run_head: jax.Array
@@ -192,14 +197,11 @@ class Cursor:
     turns carries per episode (``ClusterEnv.cursor``, ``act_at``, ``turns``).
 
     state     SimState
-    slot_fit  [K] bool  window slot k holds a job that fits some node (dynamic mode; kept
-                        exact per event)
     stop      []  bool  no event turn is due: a decision point, the end, or (with
                         ``state.core.resched_due``) a rescheduling pass to run first
     """
 
     state: SimState
-    slot_fit: jax.Array
     stop: jax.Array
 
 

@@ -60,9 +60,9 @@ def measure(env_config, params, jobs, keys, chunk=-1, scheduler="first-fit", rep
 class TurnCountingEnv(ClusterEnv):
     """The env, counting event-loop turns in the (otherwise unused) ``acc.migrations``."""
 
-    def _dynamic_turn(self, state, core, slot_fit, params):
+    def _dynamic_turn(self, state, core, params, active=True):
         core = core.replace(acc=core.acc.replace(migrations=core.acc.migrations + 1))
-        return super()._dynamic_turn(state, core, slot_fit, params)
+        return super()._dynamic_turn(state, core, params, active)
 
 
 def count_turns(env_config, params, jobs, steps: int, chunks=(1, 16, 64, 256)) -> list[str]:

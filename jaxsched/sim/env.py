@@ -9,7 +9,7 @@ The API is gymnax-like and functional::
 
 A batch of episodes is ``jax.vmap`` of the same calls. After every action the env runs its
 event loop (``lax.while_loop``) to the next decision point. The loop carries only the small
-``Core`` (O(N*G + Q + R) numbers); per-job records are written in ``step`` alone, so no event
+``Core`` (O(N*G + K*N + Q + R) numbers); per-job records are written in ``step`` alone, so no event
 costs O(J). Each loop turn handles one event; events at the same instant are all handled
 before a decision is asked for.
 """
@@ -175,6 +175,7 @@ class ClusterEnv:
             queue=jnp.full(q, -1, jnp.int32),
             queue_key=jnp.full(q, INF),
             queue_len=jnp.int32(0),
+            window_fit=jnp.zeros((cfg.window, cluster.num_nodes), bool),
             run_job=jnp.full(r, -1, jnp.int32),
             run_end_s=jnp.full(r, INF),
             run_head=jnp.int32(0),
@@ -233,8 +234,7 @@ class ClusterEnv:
         n = jnp.clip(action % n_nodes, 0, n_nodes - 1)
         is_reject = (action >= k_max * n_nodes) & (action < k_max * n_nodes + k_max)
         j = jnp.maximum(window[slot], 0)
-        legal_place = (is_place & (window[slot] >= 0) & self._fits(core, jobs, cluster, j, n)
-                       & self._has_room(core))  # = place_mask[slot, n]
+        legal_place = is_place & core.window_fit[slot, n] & self._has_room(core)  # = place_mask[slot, n]
         legal_reject = is_reject & (slot < core.queue_len)
         future = self._future_event_exists(core, jobs)
         legal_wait = (action == k_max * n_nodes + k_max) & future
@@ -257,14 +257,14 @@ class ClusterEnv:
         node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
         run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])
         end = INF if cfg.static else core.time_s + run_s
-        core = self._set_node(core, n, new_row, free_cpu, free_mem,
+        core = self._set_node(core, jobs, cluster, n, new_row, free_cpu, free_mem,
                               jnp.where(place, node_frag, core.frag_node[n]))
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], place.astype(jnp.int32))
         if not cfg.static:
             core = self._running_insert(core, j, end, place)
             core = core.replace(acc=core.acc.replace(running_full=core.acc.running_full | (
                 place & (core.num_running >= cfg.running_capacity))))
-        core = self._queue_remove(core, slot, place | reject)
+        core = self._queue_remove(core, jobs, cluster, slot, place | reject)
         state = state.replace(
             outcome=state.outcome.at[j].set(jnp.where(
                 place, OUTCOME_PLACED, jnp.where(reject, OUTCOME_REJECTED, state.outcome[j]))),
@@ -294,21 +294,19 @@ class ClusterEnv:
     # ``Cursor`` per episode and do, every iteration, a decision where one is due and a few
     # masked event turns (``rollout.rollout``). Same states, same order of events.
     def cursor(self, state: SimState, params: EnvParams) -> Cursor:
-        """The cursor of ``state``: its window's fit flags and whether it is at a stop (a
-        state from ``reset`` or ``step`` is). Sets ``done`` when no event is left."""
+        """The cursor of ``state``: whether it is at a stop (a state from ``reset`` or
+        ``step`` is). Sets ``done`` when no event is left."""
         if self.config.static:
             core, stop = self._static_stop(state, state.core)
-            return Cursor(state.replace(core=core), jnp.zeros(self.config.window, bool), stop)
-        slot_fit = self._slot_fit(state.core, state.jobs, params.cluster)
-        core, stop = self._check_stop(state, state.core, slot_fit)
-        return Cursor(state.replace(core=core), slot_fit, stop | core.resched_due)
+            return Cursor(state.replace(core=core), stop)
+        core, stop = self._check_stop(state, state.core)
+        return Cursor(state.replace(core=core), stop | core.resched_due)
 
     def act_at(self, key, cur: Cursor, action, params: EnvParams, active) -> Cursor:
         """``act`` when ``active`` (the cursor must be at a decision point), then the new cursor."""
         state, _, _ = self.act(key, cur.state, action, params, active)
         new = self.cursor(state, params)
-        return Cursor(new.state, jnp.where(active, new.slot_fit, cur.slot_fit),
-                      jnp.where(active, new.stop, cur.stop))
+        return Cursor(new.state, jnp.where(active, new.stop, cur.stop))
 
     def turns(self, cur: Cursor, params: EnvParams, count: int) -> Cursor:
         """``count`` event turns, each one masked off once the cursor is at a stop (so the
@@ -318,19 +316,17 @@ class ClusterEnv:
             if self.config.static:
                 core, _ = self._static_turn(state, state.core, params)  # no-op at a stop
                 core, stop = self._static_stop(state, core)
-                return Cursor(state.replace(core=core), cur.slot_fit, stop)
+                return Cursor(state.replace(core=core), stop)
             go = ~cur.stop
-            core, slot_fit, stop = self._dynamic_turn(state, state.core, cur.slot_fit, params, go)
-            return Cursor(state.replace(core=core), jnp.where(go, slot_fit, cur.slot_fit),
-                          jnp.where(go, stop, cur.stop))
+            core, stop = self._dynamic_turn(state, state.core, params, go)
+            return Cursor(state.replace(core=core), jnp.where(go, stop, cur.stop))
         return jax.lax.fori_loop(0, count, one, cur, unroll=True)
 
     def run_due_pass(self, cur: Cursor, params: EnvParams) -> Cursor:
         """The rescheduling pass when one is due (``resched_due``), then the new cursor."""
         due = cur.state.core.resched_due
         new = self.cursor(self._reschedule(cur.state, params, due), params)
-        return Cursor(new.state, jnp.where(due, new.slot_fit, cur.slot_fit),
-                      jnp.where(due, new.stop, cur.stop))
+        return Cursor(new.state, jnp.where(due, new.stop, cur.stop))
 
     # ----- observation ---------------------------------------------------------------------
     def observe(self, state: SimState, params: EnvParams) -> Observation:
@@ -340,7 +336,7 @@ class ClusterEnv:
         occupied = window >= 0
         j = jnp.maximum(window, 0)
         pick = lambda x, fill=0: jnp.where(occupied, x[j], fill)  # noqa: E731
-        place_mask = self._place_mask(core, jobs, params.cluster)
+        place_mask = core.window_fit & self._has_room(core)
         wait_ok = jnp.bool_(False) if self.config.static else self._future_event_exists(core, jobs)
         return Observation(
             window_job=window,
@@ -375,12 +371,6 @@ class ClusterEnv:
         """[K] job indices of the first K queued jobs, -1 for empty slots."""
         k = self.config.window
         return jnp.where(jnp.arange(k) < core.queue_len, core.queue[:k], -1)
-
-    def _place_mask(self, core: Core, jobs: Jobs, cluster):
-        """[K, N] bool: window job k fits node n now (and the running set has room)."""
-        window = self._window(core)
-        return (self._fits(core, jobs, cluster, jnp.maximum(window, 0)) & (window >= 0)[:, None]
-                & self._has_room(core))
 
     def _has_room(self, core: Core):
         """A job may be placed: the running set is not full (static mode has none)."""
@@ -424,10 +414,11 @@ class ClusterEnv:
             return jnp.zeros(free_row.shape[:-1], jnp.float32)
         return frag.node_frag(free_row, free_cpu, model, params.frag_classes)
 
-    def _set_node(self, core: Core, n, free_row, free_cpu, free_mem, node_frag):
-        """Write node n's new free resources and refresh its cached summaries."""
+    def _set_node(self, core: Core, jobs: Jobs, cluster, n, free_row, free_cpu, free_mem, node_frag):
+        """Write node n's new free resources and refresh its cached summaries and its column
+        of ``window_fit`` (K fit tests)."""
         max_free, whole_free = resources.node_summary(free_row)
-        return core.replace(
+        core = core.replace(
             free_milli=core.free_milli.at[n].set(free_row),
             free_cpu=free_cpu,
             free_mem=free_mem,
@@ -435,6 +426,9 @@ class ClusterEnv:
             max_free=core.max_free.at[n].set(max_free),
             whole_free=core.whole_free.at[n].set(whole_free),
         )
+        window = self._window(core)
+        column = self._fits(core, jobs, cluster, jnp.maximum(window, 0), n) & (window >= 0)
+        return core.replace(window_fit=core.window_fit.at[:, n].set(column))
 
     def _class_count_shape(self, cluster) -> tuple:
         """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking
@@ -483,31 +477,47 @@ class ClusterEnv:
         return core.replace(run_job=take(core.run_job, -1), run_end_s=take(core.run_end_s, INF),
                             num_running=core.num_running - active)
 
-    def _queue_remove(self, core: Core, slot, active):
-        """Remove queue position ``slot`` when ``active``; the others keep their order."""
+    def _queue_remove(self, core: Core, jobs: Jobs, cluster, slot, active):
+        """Remove queue position ``slot`` (< K) when ``active``; the others keep their order.
+        ``window_fit`` rows move up with their jobs; the job that enters the last window
+        slot gets its row (N fit tests)."""
         i = jnp.arange(core.queue.shape[0])
         shift = active & (i >= slot)
         last = i == core.queue.shape[0] - 1
         queue = jnp.where(shift, jnp.where(last, -1, jnp.roll(core.queue, -1)), core.queue)
         key = jnp.where(shift, jnp.where(last, INF, jnp.roll(core.queue_key, -1)), core.queue_key)
-        return core.replace(queue=queue, queue_key=key, queue_len=core.queue_len - active)
+        core = core.replace(queue=queue, queue_key=key, queue_len=core.queue_len - active)
+        k = self.config.window
+        entering = self._window(core)[k - 1]
+        row = self._fits(core, jobs, cluster, jnp.maximum(entering, 0)) & (entering >= 0)
+        rows = jnp.concatenate([core.window_fit[1:], row[None]])
+        up = shift[:k, None]
+        return core.replace(window_fit=jnp.where(up, rows, core.window_fit))
 
-    def _queue_insert(self, core: Core, j, key, active):
+    def _queue_insert(self, core: Core, jobs: Jobs, cluster, j, key, active):
         """Insert job ``j`` after every queued job with sort key <= ``key`` when ``active``.
 
         FIFO keys grow with every arrival, so FIFO appends in O(1); other orders shift O(Q).
+        If ``j`` enters the window it gets its ``window_fit`` row (N fit tests) and the rows
+        after it move down with their jobs.
         """
+        pos = self._queue_position(core, key)
         if self.config.queue_order == "fifo":
-            at = jnp.where(active, core.queue_len, core.queue.shape[0])  # out of range: dropped
-            return core.replace(queue=core.queue.at[at].set(j, mode="drop"),
+            at = jnp.where(active, pos, core.queue.shape[0])  # out of range: dropped
+            core = core.replace(queue=core.queue.at[at].set(j, mode="drop"),
                                 queue_key=core.queue_key.at[at].set(key, mode="drop"),
                                 queue_len=core.queue_len + active)
-        i = jnp.arange(core.queue.shape[0])
-        pos = self._queue_position(core, key)
-        put = lambda arr, x: jnp.where(  # noqa: E731
-            active, jnp.where(i < pos, arr, jnp.where(i == pos, x, jnp.roll(arr, 1))), arr)
-        return core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
-                            queue_len=core.queue_len + active)
+        else:
+            i = jnp.arange(core.queue.shape[0])
+            put = lambda arr, x: jnp.where(  # noqa: E731
+                active, jnp.where(i < pos, arr, jnp.where(i == pos, x, jnp.roll(arr, 1))), arr)
+            core = core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
+                                queue_len=core.queue_len + active)
+        k = jnp.arange(self.config.window)[:, None]
+        row = self._fits(core, jobs, cluster, j)
+        fit = core.window_fit
+        moved = jnp.where(k < pos, fit, jnp.where(k == pos, row[None], jnp.roll(fit, 1, axis=0)))
+        return core.replace(window_fit=jnp.where(active, moved, fit))
 
     def _queue_position(self, core: Core, key):
         """Queue position a job with sort key ``key`` is inserted at (after equal keys)."""
@@ -533,7 +543,7 @@ class ClusterEnv:
         new_row = core.free_milli[n] + back_row
         free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
         node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
-        core = self._set_node(core, n, new_row, free_cpu,
+        core = self._set_node(core, jobs, cluster, n, new_row, free_cpu,
                               core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
                               jnp.where(active, node_frag, core.frag_node[n]))
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -active.astype(jnp.int32))
@@ -544,13 +554,14 @@ class ClusterEnv:
             num_running=core.num_running - active,
         )
 
-    def _arrive_dynamic(self, state: SimState, core: Core, active):
+    def _arrive_dynamic(self, state: SimState, core: Core, cluster, active):
         """Job ``next_arrival`` arrives: fail it (unschedulable), queue it, or drop it (full)."""
         jobs = state.jobs
         j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
         unschedulable = state.unschedulable[j]
         full = core.queue_len >= core.queue.shape[0]
-        core = self._queue_insert(core, j, self._queue_key(jobs, j), active & ~unschedulable & ~full)
+        core = self._queue_insert(core, jobs, cluster, j, self._queue_key(jobs, j),
+                                  active & ~unschedulable & ~full)
         acc = core.acc.replace(
             failed=core.acc.failed + (active & unschedulable),
             dropped_overflow=core.acc.dropped_overflow + (active & ~unschedulable & full),
@@ -575,31 +586,20 @@ class ClusterEnv:
         return jax.lax.while_loop(lambda s: s.core.resched_due, pass_then_resume, state)
 
     def _event_loop(self, state: SimState, params: EnvParams) -> Core:
-        """Handle one event per turn until a decision point, the end, or a due pass.
-
-        Dynamic mode carries ``slot_fit`` [K] (window slot k's job fits some node), computed
-        in full (K x N) once here and then kept up to date per event in O(K + N) (see
-        ``_dynamic_turn``), so a turn's decision check does not redo the K x N fit test.
-        """
+        """Handle one event per turn until a decision point, the end, or a due pass."""
         if self.config.static:
             core, _ = jax.lax.while_loop(
                 lambda carry: ~carry[1],
                 lambda carry: self._static_turn(state, carry[0], params),
                 (state.core, state.core.done))
             return core
-        slot_fit = self._slot_fit(state.core, state.jobs, params.cluster)
-        core, stop = self._check_stop(state, state.core, slot_fit)
-        core, _, _ = jax.lax.while_loop(
-            lambda carry: ~carry[2],
-            lambda carry: self._dynamic_turn(state, carry[0], carry[1], params),
-            (core, slot_fit, stop | core.done),
+        core, stop = self._check_stop(state, state.core)
+        core, _ = jax.lax.while_loop(
+            lambda carry: ~carry[1],
+            lambda carry: self._dynamic_turn(state, carry[0], params),
+            (core, stop | core.done),
         )
         return core
-
-    def _slot_fit(self, core: Core, jobs: Jobs, cluster):
-        """[K] bool: window slot k holds a job that fits some node (running capacity aside)."""
-        window = self._window(core)
-        return self._fits(core, jobs, cluster, jnp.maximum(window, 0)).any(-1) & (window >= 0)
 
     def _fits(self, core: Core, jobs: Jobs, cluster, j, n=None):
         """Job(s) ``j`` ([...] indices) fit each node now -> [..., N] bool; or fit the one
@@ -612,7 +612,7 @@ class ClusterEnv:
                              jobs.mem_mib[j], jobs.model_mask[j])
         return fit if n is None else fit[..., 0]
 
-    def _check_stop(self, state: SimState, core: Core, slot_fit):
+    def _check_stop(self, state: SimState, core: Core):
         """Is ``core`` a decision point or the end? -> (core with ``done`` set at the end, stop).
 
         Only once every event at the current instant is handled: then a decision point when a
@@ -620,19 +620,16 @@ class ClusterEnv:
         """
         t_next = self._next_event_time(core, state.jobs)
         boundary = t_next > core.time_s
-        decision = boundary & slot_fit.any() & self._has_room(core)
+        decision = boundary & core.window_fit.any() & self._has_room(core)
         finished = boundary & (t_next == INF) & ~decision
         return core.replace(done=core.done | finished), decision | finished
 
-    def _dynamic_turn(self, state: SimState, core: Core, slot_fit, params: EnvParams, active=True):
+    def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams, active=True):
         """One loop turn (never at a stop; ``active`` False: no turn, nothing changes): move
         the clock to the next event and handle it, then check for a stop (``_check_stop``).
 
         At one instant completions come first, then arrivals, then a rescheduling pass (which
-        stops the loop so ``_advance`` can run it). ``slot_fit`` [K] is kept exact without a
-        K x N pass: fit only grows with free resources, so a completion on node n can only
-        add window jobs that fit n; an arrival that enters the window adds its own slot
-        (shifting later slots under sjf / edf). Returns (core, slot_fit, stop).
+        stops the loop so ``_advance`` can run it). Returns (core, stop).
         """
         jobs, cluster = state.jobs, params.cluster
         t_done = self._next_end_time(core)
@@ -643,25 +640,11 @@ class ClusterEnv:
         completion = active & (t_done <= jnp.minimum(t_arrival, t_resched))
         arrival = active & ~completion & (t_arrival <= t_resched)
 
-        done_node = state.node[jnp.maximum(core.run_job[core.run_head], 0)]
         core = self._complete(state, core, params, completion)
-        window = self._window(core)
-        freed_fit = self._fits(core, jobs, cluster, jnp.maximum(window, 0), done_node) & (window >= 0)
-        slot_fit = slot_fit | (completion & freed_fit)
-
-        j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
-        pos = self._queue_position(core, self._queue_key(jobs, j))
-        queued_before = core.queue_len
-        core = self._arrive_dynamic(state, core, arrival)
-        entered = (core.queue_len > queued_before) & (pos < slot_fit.shape[0])
-        k = jnp.arange(slot_fit.shape[0])
-        new_fit = self._fits(core, jobs, cluster, j).any()
-        shifted = jnp.where(k < pos, slot_fit, jnp.where(k == pos, new_fit, jnp.roll(slot_fit, 1)))
-        slot_fit = jnp.where(entered, shifted, slot_fit)
-
+        core = self._arrive_dynamic(state, core, cluster, arrival)
         due = active & ~completion & ~arrival
-        core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), slot_fit)
-        return core, slot_fit, stop | due
+        core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due))
+        return core, stop | due
 
     # ----- rescheduling (docs/schedulers.md, "Rescheduling") ------------------------------
     def _reschedule(self, state: SimState, params: EnvParams, active=True) -> SimState:
@@ -717,14 +700,14 @@ class ClusterEnv:
         src_row = core.free_milli[s] + jnp.where(old_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[s].add(cpu), core.free_mem.at[s].add(mem)
         src_frag = self._node_frag(src_row, free_cpu[s], cluster.gpu_model[s], params)
-        core = self._set_node(core, s, src_row, free_cpu, free_mem,
+        core = self._set_node(core, jobs, cluster, s, src_row, free_cpu, free_mem,
                               jnp.where(move, src_frag, core.frag_node[s]))
         # Take GPUs on the destination by best fit.
         new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "best-fit")
         dest_row = core.free_milli[d] - jnp.where(new_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[d].add(-cpu), core.free_mem.at[d].add(-mem)
         dest_frag = self._node_frag(dest_row, free_cpu[d], cluster.gpu_model[d], params)
-        core = self._set_node(core, d, dest_row, free_cpu, free_mem,
+        core = self._set_node(core, jobs, cluster, d, dest_row, free_cpu, free_mem,
                               jnp.where(move, dest_frag, core.frag_node[d]))
         core = self._count_class(core, s, num_gpu, gpu_milli, -move.astype(jnp.int32))
         core = self._count_class(core, d, num_gpu, gpu_milli, move.astype(jnp.int32))
@@ -762,7 +745,8 @@ class ClusterEnv:
         active = ~stop
         p = core.next_arrival
         j = jnp.minimum(p, jobs.num_jobs - 1)
-        fits_any = self._fits(core, jobs, cluster, j).any()
+        fit_row = self._fits(core, jobs, cluster, j)  # [N]
+        fits_any = fit_row.any()
         enqueue = active & fits_any
         core = core.replace(
             time_s=jnp.where(active, jobs.arrival_s[j], core.time_s),
@@ -770,6 +754,7 @@ class ClusterEnv:
             queue=core.queue.at[0].set(jnp.where(enqueue, j, core.queue[0])),
             queue_key=core.queue_key.at[0].set(jnp.where(enqueue, 0.0, core.queue_key[0])),
             queue_len=core.queue_len + enqueue,
+            window_fit=core.window_fit.at[0].set(jnp.where(enqueue, fit_row, core.window_fit[0])),
             acc=core.acc.replace(failed=core.acc.failed + (active & ~fits_any)),
         )
         return core, stop

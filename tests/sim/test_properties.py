@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 from jaxsched import cluster as cl
 from jaxsched.rollout import rollout
 from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched.sim import resources
 from jaxsched.sim.resources import bits_to_mask
 from jaxsched.types import OUTCOME_PLACED, EnvParams, jobs_from_numpy, to_device
 from tests.settings import EXAMPLES
@@ -189,6 +190,39 @@ def test_turn_by_turn_rollout_equals_stepping(case, cluster, seed, data):
         stepped = jitted_schedule(env, None)(params, batch, keys, cap)
         by_turns = jitted_schedule(env, turns)(params, batch, keys, cap)
         chex.assert_trees_all_equal(by_turns, stepped)  # every state field and every metric
+
+
+def window_fit_from_scratch(state, cluster):
+    """[K, N] window slot k's job fits node n, recomputed from the free resources alone."""
+    core, jobs = state.core, state.jobs
+    k = core.window_fit.shape[0]
+    window = np.where(np.arange(k) < int(core.queue_len), np.asarray(core.queue[:k]), -1)
+    j = np.maximum(window, 0)
+    max_free, whole_free = resources.node_summary(core.free_milli)
+    fit = resources.fits(cluster, core.free_cpu, core.free_mem, max_free, whole_free, jobs.num_gpu[j],
+                         jobs.gpu_milli[j], jobs.cpu_milli[j], jobs.mem_mib[j], jobs.model_mask[j])
+    return np.asarray(fit) & (window >= 0)[:, None]
+
+
+@pytest.mark.parametrize("case", SCHEDULE_CASES)
+@settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
+@given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
+def test_carried_window_fit_equals_the_fit_test_after_every_step(case, cluster, jobs, seed):
+    # The env keeps ``core.window_fit`` (the observation's place mask) per event instead of
+    # recomputing it: placements, completions and migrations refit a node's column, queue
+    # entries and exits a slot's row. Any missed update shows up here.
+    env = SCHEDULE_CASES[case][0]
+    params = to_device(EnvParams(cluster, FRAG_CLASSES))
+    reset, step = reset_and_step(env)
+    key = jax.random.key(seed)
+    state, obs = reset(key, params, to_device(jobs))
+    for t in range(20 * PAD_JOBS):
+        np.testing.assert_array_equal(np.asarray(state.core.window_fit),
+                                      window_fit_from_scratch(state, params.cluster), err_msg=f"step {t}")
+        if bool(state.core.done):
+            break
+        state, obs, *_ = step(key, state, random_any(None, obs, jax.random.fold_in(key, t)), params)
+    assert bool(state.core.done)
 
 
 @pytest.mark.parametrize("turns", [0, -1, 1.5])
