@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     one_class = params.replace(frag_classes=jax.tree.map(lambda x: x[:1], params.frag_classes))
     variants = [
         ("base (K=8, Q=256, R=512, M=%d FGD classes, chunk 16)" % frag.prob.shape[0], base, params, -1),
-        ("window K=1 (fit masks K x N -> 1 x N)", dataclasses.replace(base, window=1), params, -1),
+        ("window K=1 (everything sized by the window)", dataclasses.replace(base, window=1), params, -1),
         ("1 FGD class (fragmentation upkeep)", base, one_class, -1),
         ("no fragmentation upkeep (track_frag=False)", dataclasses.replace(base, track_frag=False), params, -1),
         ("running capacity R=128 (ring insert)", dataclasses.replace(base, running_capacity=128), params, -1),
