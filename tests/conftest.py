@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import jax
 import pytest
 
 from jaxsched import paths
+
+
+@pytest.fixture(scope="module", autouse=True)
+def release_compiled_programs():
+    """Drop JAX's compiled programs after each test module.
+
+    Every compiled XLA-CPU program keeps a few memory mappings; the whole suite compiles
+    thousands (hypothesis draws many shapes), and one process passed Linux's default
+    ``vm.max_map_count`` (65,530) and segfaulted inside the XLA compiler.
+    """
+    yield
+    jax.clear_caches()
 
 
 @pytest.fixture(scope="session")
