@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxsched.errors import DataError
-from jaxsched.types import Cluster
+from jaxsched.types import MAX_GPUS_PER_NODE, Cluster
 
 # Order fixes the model ids (bit positions of Jobs.model_mask); append, never reorder.
 MODEL_NAMES = ("V100M16", "V100M32", "P100", "T4", "A10", "G2", "G3", "V100", "MISC", "CPU")
@@ -28,7 +28,6 @@ DEFAULT_SPEEDS = {
     "V100M16": 1.0, "V100M32": 1.0, "V100": 1.0, "P100": 0.6, "T4": 0.45, "A10": 1.1,
     "G2": 0.8, "G3": 1.2, "MISC": 0.5, "CPU": 1.0,
 }
-MAX_GPUS_PER_NODE = 8
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 # Node types of openb_node_list_gpu_node.csv (Alibaba 2023) and how many nodes of each:
@@ -206,6 +205,8 @@ def to_cluster(table: NodeTable, pad_nodes: int | None = None, max_gpus: int = M
     size = n if pad_nodes is None else pad_nodes
     if size < n:
         raise DataError("cluster", None, "pad_nodes", f"{pad_nodes} < {n} nodes")
+    if max_gpus > MAX_GPUS_PER_NODE:  # FGD's exact integer fragmentation sums rely on it
+        raise DataError("cluster", None, "max_gpus", f"{max_gpus} > {MAX_GPUS_PER_NODE} GPUs per node")
     if table.num_gpus.max(initial=0) > max_gpus:
         raise DataError("cluster", None, "max_gpus", f"a node has more than {max_gpus} GPUs")
     speed_of = {**DEFAULT_SPEEDS, **(speeds or {})}

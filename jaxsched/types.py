@@ -19,6 +19,9 @@ import numpy as np
 from flax import struct
 
 GPU_MILLI = 1000  # capacity of one GPU in milli-GPU
+MAX_GPUS_PER_NODE = 8
+# Total FragClasses.weight allowed: sum_m weight_m * F_n(m) <= MAX_FRAG_WEIGHT * 8,000 fits int32.
+MAX_FRAG_WEIGHT = int(np.iinfo(np.int32).max) // (MAX_GPUS_PER_NODE * GPU_MILLI)
 ALL_MODELS = -1  # model_mask with every bit set: the job accepts any GPU model
 
 # Job outcomes written into ``SimState.outcome`` by ``step``; the others are derived at the end.
@@ -90,14 +93,21 @@ class FragClasses:
     """FGD's target workload: M job classes and their popularity (SPEC.md, fgd).
 
     cpu_milli, gpu_milli, num_gpu, model_mask  [M] int32
-    prob  [M] float32, sums to 1 over real classes (padding classes have prob 0)
+    weight  [M] int32  popularity as integer job counts (padding classes 0), at most
+            ``MAX_FRAG_WEIGHT`` in all, so that sum_m weight_m * F_n(m) is an exact int32
+            (F_n(m) <= MAX_GPUS_PER_NODE * GPU_MILLI) and needs no ordered float sum
+    prob    weight / total weight, float32 (the classes' frequencies p_m)
     """
 
     cpu_milli: jax.Array
     gpu_milli: jax.Array
     num_gpu: jax.Array
     model_mask: jax.Array
-    prob: jax.Array
+    weight: jax.Array
+
+    @property
+    def prob(self):
+        return (self.weight / self.weight.sum()).astype(np.float32)
 
 
 @struct.dataclass

@@ -24,7 +24,7 @@ FRAG_CLASSES = FragClasses(
     gpu_milli=np.array([500, 1000, 250, 1000], np.int32),
     num_gpu=np.array([1, 1, 1, 2], np.int32),
     model_mask=np.array([ALL_MODELS, ALL_MODELS, cl.model_mask(["T4"]), ALL_MODELS], np.int32),
-    prob=np.array([0.4, 0.3, 0.2, 0.1], np.float32),
+    weight=np.array([4, 3, 2, 1], np.int32),  # frequencies 0.4, 0.3, 0.2, 0.1
 )
 
 

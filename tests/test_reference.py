@@ -24,15 +24,15 @@ def make_jobs(rows, model_mask=None, deadline_s=None, pad_to=None):
 
 
 def frag_classes(*rows):
-    """rows: (cpu_milli, gpu_milli, num_gpu, prob), every model allowed."""
-    cpu, gpu, num, prob = (np.asarray(c) for c in zip(*rows))
+    """rows: (cpu_milli, gpu_milli, num_gpu, weight), every model allowed."""
+    cpu, gpu, num, weight = (np.asarray(c) for c in zip(*rows))
     return FragClasses(cpu_milli=cpu.astype(np.int32), gpu_milli=gpu.astype(np.int32),
                        num_gpu=num.astype(np.int32),
                        model_mask=np.full(len(rows), ALL_MODELS, np.int32),
-                       prob=prob.astype(np.float32))
+                       weight=weight.astype(np.int32))
 
 
-ONE_GPU_CLASS = frag_classes((0, 1000, 1, 1.0))
+ONE_GPU_CLASS = frag_classes((0, 1000, 1, 1))
 
 
 def gpu_job(arrival_s, work_s, num_gpu=1, gpu_milli=1000, cpu_milli=1000, mem_mib=1024):
@@ -83,7 +83,7 @@ def test_time_weighted_alloc_and_fragmentation_by_hand():
     # span 150 s, cluster 1000 milli.
     cluster = make_cluster(("V100", 1, 32000, 65536))
     jobs = make_jobs([gpu_job(0, 100, gpu_milli=500), gpu_job(50, 100, gpu_milli=500)])
-    out = run(cluster, jobs, frag_classes((0, 600, 1, 1.0)), RefConfig(), "first-fit")
+    out = run(cluster, jobs, frag_classes((0, 600, 1, 1)), RefConfig(), "first-fit")
     m = out["metrics"]
     assert m["gpu_alloc"] == pytest.approx(100000 / 150000)
     assert m["frag_amount"] == pytest.approx(50000 / 150000)
@@ -179,7 +179,7 @@ def test_static_fragmentation_snapshot_by_hand():
     # Class B (CPU-only, p=0.5) can't use GPUs: F_B = 1500.  F = 1000.
     cluster = make_cluster(("V100", 2, 32000, 65536))
     jobs = make_jobs([gpu_job(0, 100, gpu_milli=500)])
-    classes = frag_classes((0, 600, 1, 0.5), (1000, 0, 0, 0.5))
+    classes = frag_classes((0, 600, 1, 1), (1000, 0, 0, 1))
     m = run(cluster, jobs, classes, RefConfig(mode="static"), "best-fit")["metrics"]
     assert m["gpu_alloc"] == pytest.approx(500 / 2000)
     assert m["frag_amount"] == pytest.approx(1000 / 2000)
@@ -398,7 +398,7 @@ def test_fgd_node_score_and_gpu_choice_by_hand():
     #   j2 7.5 cores, no GPU: n0 keeps 22.5 cores -> 50; n1 would keep 0.5 < 1 core, so its
     #      1000 idle milli become fragment: delta -1000 -> int(100 sigmoid(-1)) = 26.
     cluster = make_cluster(("V100", 2, 32000, 65536), ("V100", 1, 8000, 65536))
-    only_half = frag_classes((1000, 500, 1, 1.0))
+    only_half = frag_classes((1000, 500, 1, 1))
     cpu_only = (2, 10, 0, 0, 7500, 1024)
     jobs = make_jobs([gpu_job(0, 10, gpu_milli=400), gpu_job(1, 10, gpu_milli=200), cpu_only])
     out = run(cluster, jobs, only_half, RefConfig(mode="static", gpu_rule="fgd"), "fgd")
@@ -518,7 +518,7 @@ def test_random_workload_conserves_resources_and_accounts_for_every_job():
     gpu_milli = np.where(num_gpu == 1, rng.choice([200, 500, 1000], n), np.where(num_gpu == 0, 0, 1000))
     jobs = jobs_from_numpy(np.sort(rng.uniform(0, 500, n)), rng.uniform(1, 300, n), num_gpu, gpu_milli,
                            rng.integers(500, 20000, n), rng.integers(500, 60000, n))
-    classes = frag_classes((0, 500, 1, 0.5), (0, 1000, 2, 0.5))
+    classes = frag_classes((0, 500, 1, 1), (0, 1000, 2, 1))
     for policy in ("first-fit", "best-fit"):
         sim = ReferenceSim(cluster, jobs, classes, RefConfig(window=4, queue_capacity=16))
         while not sim.done:

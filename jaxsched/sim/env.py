@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsched.sim import frag, metrics, resources
-from jaxsched.sim.reduce import ordered_sum
 from jaxsched.sim.resources import GPU_RULES
 from jaxsched.types import (
     GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
@@ -183,7 +182,7 @@ class ClusterEnv:
             class_count=jnp.zeros(self._class_count_shape(cluster), jnp.int32),
             next_resched_s=t0 + jnp.float32(cfg.resched_interval_s) if cfg.rescheduling else INF,
             resched_due=jnp.bool_(False),
-            acc=metrics.Accumulators.zeros(),
+            acc=metrics.Accumulators.zeros(cluster.num_nodes),
             done=jnp.bool_(False),
         )
         state = SimState(
@@ -404,7 +403,7 @@ class ClusterEnv:
         idle = core.free_milli.sum()
         allocated = params.cluster.gpu_exists.sum() * GPU_MILLI - idle
         acc = metrics.accumulate(core.acc, t_new - core.time_s, allocated,
-                                 ordered_sum(core.frag_node), idle, core.queue_len + core.num_running)
+                                 core.frag_node, idle, core.queue_len + core.num_running)
         return core.replace(time_s=t_new, acc=acc)
 
     def _node_frag(self, free_row, free_cpu, model, params: EnvParams):

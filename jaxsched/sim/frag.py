@@ -5,6 +5,11 @@ m fits the node's GPUs iff it needs a GPU, its model is allowed, c >= cpu_m and 
 num_gpu_m GPUs have f_g >= gpu_milli_m. Then F_n(m) = sum of f_g over GPUs too small for m
 (f_g < gpu_milli_m); otherwise (CPU-only class included) F_n(m) = all idle GPU milli of n.
 F_n = sum_m p_m F_n(m); cluster F = sum_n F_n.
+
+F_n(m) are integers, and p_m = weight_m / total weight with integer weights
+(``FragClasses.weight``), so F_n and its changes are computed as one exact int32 sum
+sum_m weight_m F_n(m) and a single float division: the same value whatever the order XLA
+sums in, hence the same in any batch shape, with one reduction instead of an ordered tree.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxsched.sim.reduce import ordered_sum
 from jaxsched.types import FragClasses
 
 
@@ -33,21 +37,26 @@ def class_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
     return jnp.where(fits, too_small, idle)
 
 
+def weighted_frag(per_class, classes: FragClasses, axis: int = -1):
+    """sum_m p_m x_m of integer per-class milli x [..., M] -> [...] float32, summed exactly in
+    int32 (``axis``: where the class axis is; ``classes.weight`` must broadcast along it)."""
+    total = jnp.sum(classes.weight).astype(jnp.float32)
+    return jnp.sum(per_class * classes.weight, axis).astype(jnp.float32) / total
+
+
 def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
     """F_n = sum_m p_m F_n(m) for any number of nodes (shapes as ``class_frag``) -> [...] float32."""
-    per_class = class_frag(free_milli, free_cpu, gpu_model, classes).astype(jnp.float32)
-    return ordered_sum(per_class * classes.prob)
+    return weighted_frag(class_frag(free_milli, free_cpu, gpu_model, classes), classes)
 
 
 def frag_drop(class_before, class_after, classes: FragClasses, axis: int = -1):
     """F_n(before) - F_n(after) from exact per-class F_n(m) [..., M] -> [...] float32 (class
     axis last by default).
 
-    Summed from integer per-class differences, so an unchanged F_n is exactly 0 whatever the
-    float rounding of F_n itself (the fgd policy and GPU rule both score this way).
-    ``axis``: where the class axis is (then ``classes.prob`` must broadcast along it).
+    Summed from integer per-class differences, so an unchanged F_n is exactly 0 (the fgd
+    policy and GPU rule both score this way). ``axis``: where the class axis is.
     """
-    return ordered_sum((class_before - class_after).astype(jnp.float32) * classes.prob, axis)
+    return weighted_frag(class_before - class_after, classes, axis)
 
 
 def fgd_score(frag_before, frag_after):

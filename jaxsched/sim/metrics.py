@@ -18,12 +18,14 @@ SLOWDOWN_FLOOR_S = 10.0  # bounded slowdown divides by max(run time, 10 s)
 
 @struct.dataclass
 class Accumulators:
-    """Counters and time integrals of one episode (all scalars).
+    """Counters and time integrals of one episode (scalars, but for frag_integral).
 
     decisions, invalid_actions, failed, dropped_overflow  int32
     running_full  bool   the running set was full after some placement
     alloc_integral  float32  integral of allocated milli-GPU dt   (milli * s)
-    frag_integral   float32  integral of cluster fragmentation F dt (milli * s)
+    frag_integral   [N] float32  integral of each node's fragmentation F_n dt (milli * s);
+                    kept per node, so each event adds elementwise and no ordered sum over
+                    nodes is needed until the summary
     idle_integral   float32  integral of idle milli-GPU dt         (milli * s)
     in_system_integral float32 integral of jobs queued or running dt (job * s)
     migrations      int32    jobs moved by rescheduling passes
@@ -43,17 +45,17 @@ class Accumulators:
     migration_gpu_s: jax.Array
 
     @classmethod
-    def zeros(cls) -> "Accumulators":
+    def zeros(cls, num_nodes: int) -> "Accumulators":
         i, f = jnp.int32(0), jnp.float32(0.0)
-        return cls(i, i, i, i, jnp.bool_(False), f, f, f, f, i, f)
+        return cls(i, i, i, i, jnp.bool_(False), f, jnp.zeros(num_nodes, jnp.float32), f, f, i, f)
 
 
-def accumulate(acc: Accumulators, dt, alloc_milli, frag_total, idle_milli, in_system) -> Accumulators:
-    """Add ``dt`` seconds of the current cluster state to the time integrals."""
+def accumulate(acc: Accumulators, dt, alloc_milli, frag_node, idle_milli, in_system) -> Accumulators:
+    """Add ``dt`` seconds of the current cluster state to the time integrals (frag_node [N])."""
     dt = jnp.float32(dt)
     return acc.replace(
         alloc_integral=acc.alloc_integral + dt * alloc_milli.astype(jnp.float32),
-        frag_integral=acc.frag_integral + dt * frag_total,
+        frag_integral=acc.frag_integral + dt * frag_node,
         idle_integral=acc.idle_integral + dt * idle_milli.astype(jnp.float32),
         in_system_integral=acc.in_system_integral + dt * in_system.astype(jnp.float32),
     )
@@ -100,9 +102,10 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
         frag_rate = _safe_div(frag, total_milli - alloc_milli)
     else:
         span = jnp.maximum(t_end - t0, 0.0)
+        frag_integral = ordered_sum(acc.frag_integral)
         gpu_alloc = _safe_div(acc.alloc_integral, total_milli * span)
-        frag_amount = _safe_div(acc.frag_integral, total_milli * span)
-        frag_rate = _safe_div(acc.frag_integral, acc.idle_integral)
+        frag_amount = _safe_div(frag_integral, total_milli * span)
+        frag_rate = _safe_div(frag_integral, acc.idle_integral)
     if not track_frag:  # EnvConfig.track_frag off: fragmentation was not kept
         frag_amount = frag_rate = jnp.float32(jnp.nan)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxsched import cluster as _cluster
 from jaxsched.errors import DataError
-from jaxsched.types import ALL_MODELS, FragClasses
+from jaxsched.types import ALL_MODELS, MAX_FRAG_WEIGHT, FragClasses
 
 
 def spec_mask(spec: str) -> int:
@@ -36,7 +36,7 @@ def target_workload(cpu_milli, gpu_milli, num_gpu, gpu_spec_strings, coverage: f
     """The FGD target workload (numpy ``FragClasses``) of the given jobs.
 
     ``coverage`` in (0, 1]: keep the most popular classes until they hold >= that share of
-    the jobs. ``max_classes``: pad with prob-0 classes to exactly this many (a fixed shape
+    the jobs. ``max_classes``: pad with weight-0 classes to exactly this many (a fixed shape
     for batching); ``DataError`` if more classes are needed.
     """
     if not 0 < coverage <= 1:
@@ -59,7 +59,6 @@ def target_workload(cpu_milli, gpu_milli, num_gpu, gpu_spec_strings, coverage: f
     if size < m:
         raise DataError("target_workload", None, "max_classes",
                         f"{m} classes are needed to cover {coverage:.0%} of jobs, max_classes={max_classes}")
-    total = float(sum(c for _, c in kept))
 
     def column(values, dtype):
         out = np.zeros(size, dtype)
@@ -71,5 +70,21 @@ def target_workload(cpu_milli, gpu_milli, num_gpu, gpu_spec_strings, coverage: f
         gpu_milli=column([k[1] for k, _ in kept], np.int32),
         num_gpu=column([k[2] for k, _ in kept], np.int32),
         model_mask=column([spec_mask(k[3]) for k, _ in kept], np.int32),
-        prob=column([c / total for _, c in kept], np.float32),
+        weight=column(class_weights([c for _, c in kept]), np.int32),
     )
+
+
+def class_weights(counts) -> np.ndarray:
+    """``FragClasses.weight`` of classes with these job counts: the counts, divided by their
+    gcd; where they still add up to more than ``MAX_FRAG_WEIGHT`` (traces of over ~268k jobs),
+    scaled down and rounded (each class keeps at least 1), which moves each of the M classes'
+    frequencies by at most (M + 1) / (MAX_FRAG_WEIGHT - M) (M = 35: about 1.3e-4)."""
+    counts = np.asarray(counts, np.int64)
+    if counts.size == 0 or (counts <= 0).any():
+        raise DataError("target_workload", None, "count", "class counts must be positive")
+    counts = counts // np.gcd.reduce(counts)
+    total = int(counts.sum())
+    if total > MAX_FRAG_WEIGHT:
+        budget = MAX_FRAG_WEIGHT - counts.size  # rounding up and the floor of 1 add < 1 each
+        counts = np.maximum(1, np.round(counts * (budget / total))).astype(np.int64)
+    return counts.astype(np.int32)

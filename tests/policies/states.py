@@ -21,15 +21,15 @@ _reset = jax.jit(ENV.reset)
 
 
 def frag_classes(rows):
-    """FragClasses from (cpu_milli, gpu_milli, num_gpu, prob) rows, padded to M_CLASSES."""
-    rows = list(rows) + [(0, 0, 0, 0.0)] * (M_CLASSES - len(rows))
-    cpu, gpu, num, prob = (np.asarray(c) for c in zip(*rows))
+    """FragClasses from (cpu_milli, gpu_milli, num_gpu, weight) rows, padded to M_CLASSES."""
+    rows = list(rows) + [(0, 0, 0, 0)] * (M_CLASSES - len(rows))
+    cpu, gpu, num, weight = (np.asarray(c) for c in zip(*rows))
     return FragClasses(cpu_milli=cpu.astype(np.int32), gpu_milli=gpu.astype(np.int32),
                        num_gpu=num.astype(np.int32), model_mask=np.full(M_CLASSES, ALL_MODELS, np.int32),
-                       prob=prob.astype(np.float32))
+                       weight=weight.astype(np.int32))
 
 
-DEFAULT_CLASSES = frag_classes([(1000, 500, 1, 1.0)])
+DEFAULT_CLASSES = frag_classes([(1000, 500, 1, 1)])
 
 
 def cluster(num_gpus=(8, 8, 2, 1), cpu_milli=(96000, 96000, 32000, 8000), model="G2"):

@@ -21,7 +21,7 @@ fgd = jax.jit(policies.get("fgd").policy)
 scores_of = jax.jit(fgd_scores)
 
 # Target workload: half the jobs want 0.5 GPU, half a whole GPU (1 core each).
-HALF_AND_WHOLE = frag_classes([(1000, 500, 1, 0.5), (1000, 1000, 1, 0.5)])
+HALF_AND_WHOLE = frag_classes([(1000, 500, 1, 1), (1000, 1000, 1, 1)])
 FULL = [0] * 8  # an 8-GPU node with nothing free: no GPU job fits
 
 
@@ -38,7 +38,7 @@ def test_fragmentation_of_a_node_by_hand():
     obs = observe((1, 400, 1000), [FULL, FULL, [1000, 600], [1000]], classes=HALF_AND_WHOLE)
     got = frag.node_frag(obs.free_milli, obs.free_cpu, obs.cluster.gpu_model, HALF_AND_WHOLE)
     assert np.allclose(np.asarray(got), [0, 0, 300, 0])
-    with_cpu_only = frag_classes([(1000, 500, 1, 1 / 3), (1000, 1000, 1, 1 / 3), (4000, 0, 0, 1 / 3)])
+    with_cpu_only = frag_classes([(1000, 500, 1, 1), (1000, 1000, 1, 1), (4000, 0, 0, 1)])
     got = frag.node_frag(obs.free_milli, obs.free_cpu, obs.cluster.gpu_model, with_cpu_only)
     assert np.isclose(float(got[2]), 1600 / 3 + 200, atol=1e-3)
 
@@ -72,7 +72,7 @@ def test_env_gives_the_fractional_job_the_gpu_fgd_chose():
     # lowest index). j1 (0.2 GPU) on n2: GPU 0 -> [400, 1000] leaves 400 too small for 0.5:
     # delta = -400 -> 40; GPU 1 -> [600, 800] leaves nothing too small -> 50. FGD takes GPU 1,
     # where best-fit would take GPU 0 (least free with room).
-    only_half = frag_classes([(1000, 500, 1, 1.0)])
+    only_half = frag_classes([(1000, 500, 1, 1)])
     env = ClusterEnv(policies.get("fgd").env_config(EnvConfig(
         mode="static", window=1, queue_capacity=1, running_capacity=1, tie_break="identity")))
     params = to_device(EnvParams(cluster(), only_half))
@@ -98,7 +98,7 @@ def test_vectorised_scores_match_a_from_scratch_computation_on_random_states():
     rng = np.random.default_rng(7)
     clus = cluster()
     exists = np.asarray(clus.gpu_exists)
-    classes = frag_classes([(2000, 300, 1, 0.3), (8000, 1000, 2, 0.3), (4000, 700, 1, 0.2), (16000, 0, 0, 0.2)])
+    classes = frag_classes([(2000, 300, 1, 3), (8000, 1000, 2, 3), (4000, 700, 1, 2), (16000, 0, 0, 2)])
     jobs = [(1, 250, 2000), (1, 600, 1000), (1, 1000, 4000), (2, 1000, 8000), (4, 1000, 1000), (0, 0, 30000)]
     checked = 0
     for trial in range(12):

@@ -11,9 +11,9 @@ import pytest
 from jaxsched import cluster as C
 from jaxsched import paths
 from jaxsched.errors import DataError
-from jaxsched.types import ALL_MODELS
+from jaxsched.types import ALL_MODELS, MAX_FRAG_WEIGHT, MAX_GPUS_PER_NODE
 from jaxsched.workload import alibaba as A
-from jaxsched.workload.classes import target_workload
+from jaxsched.workload.classes import class_weights, target_workload
 from tests.assertions import assert_names
 
 
@@ -192,6 +192,18 @@ def test_target_workload_key_and_ties():
                                       C.model_mask(["A10", "T4"])]
     half = target_workload(cpu, milli, ngpu, spec, coverage=0.5)
     assert half.cpu_milli.tolist() == [1000, 2000] and np.allclose(half.prob, [0.5, 0.5])
+
+
+def test_class_weights_are_counts_reduced_and_fit_int32_sums():
+    assert class_weights([6, 4, 2]).tolist() == [3, 2, 1]  # divided by the gcd: same frequencies
+    big = np.array([900_000, 60_000, 1_000, 1])  # a trace of ~1M jobs: scaled down
+    w = class_weights(big)
+    assert w.dtype == np.int32 and w.sum() <= MAX_FRAG_WEIGHT and (w >= 1).all()
+    assert np.abs(w / w.sum() - big / big.sum()).max() < 5 / MAX_FRAG_WEIGHT
+    # F_n(m) <= 8 GPUs x 1000 milli, so the weighted sum cannot overflow int32
+    assert int(w.sum()) * MAX_GPUS_PER_NODE * 1000 <= np.iinfo(np.int32).max
+    with pytest.raises(DataError, match="count"):
+        class_weights([3, 0])
 
 
 # ================================================================ openb validation (synthetic files)
