@@ -12,6 +12,11 @@ best-fit score, then rank:
   fractional-fast  fractional jobs (one GPU, gpu_milli < 1000) to the fastest node; every
                  other GPU job to the G2-speed (0.8) nodes first, then the others by speed,
                  so the few fast GPUs are kept for jobs that share them
+  priced-p       the greedy choice under a GPU-time price p (what an agent maximising the
+                 placement reward of tried.md row s would do one step ahead): least
+                 run time x (1 + p x GPUs held x max(0, speed / 0.8 - 1)); CPU-only jobs'
+                 run time does not depend on the node, so they go by best-fit. p = 0 is
+                 "fastest" for GPU jobs only
 
 It also reports the realised GPU allocation while jobs arrive (GPU-seconds allocated between
 the first and the last arrival over GPUs x that span) beside the offered load rho, which
@@ -24,6 +29,7 @@ counts every job's whole work against the arrival span.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 
@@ -69,7 +75,19 @@ def fractional_fast(params, obs, key):
     return place_or_wait(obs, slot, _rank_by(obs, slot, jnp.floor(jnp.where(fractional, 100 * speed, common_first))))
 
 
-RULES = {"fastest": fastest, "long-fast": long_fast, "fractional-fast": fractional_fast}
+def priced(params, obs, key, price):
+    """Greedy under a GPU-time price: least run time x (1 + price x GPUs held x premium)."""
+    slot = first_fitting_slot(obs)
+    speed = obs.cluster.speed
+    held = obs.job_num_gpu[slot] * obs.job_gpu_milli[slot] / GPU_MILLI
+    premium = jnp.maximum(speed / COMMON_SPEED - 1.0, 0.0)
+    run_per_work = jnp.where(obs.job_num_gpu[slot] > 0, 1.0 / speed, 1.0)
+    cost = (1 + price * held * premium) * run_per_work
+    return place_or_wait(obs, slot, _rank_by(obs, slot, jnp.floor(-1000 * cost)))
+
+
+RULES = {"fastest": fastest, "long-fast": long_fast, "fractional-fast": fractional_fast,
+         "priced-0": functools.partial(priced, price=0.0), "priced-1": functools.partial(priced, price=1.0)}
 
 
 def realised_allocation(jobs, records, cluster_gpus: int) -> np.ndarray:
