@@ -3,7 +3,9 @@
 XLA may sum a float axis in a different order when the same episode runs in a batch of 1,
 of 64 or on another device, which changes the last bits. Per-episode results must not depend
 on how a batch is split, so float sums in the simulator go through ``ordered_sum``: a fixed
-pairwise tree of elementwise adds, which every batch shape computes identically.
+pairwise tree of elementwise adds, which every batch shape computes identically. Integer
+sums are exact in any order and need no such care, which is why FGD fragmentation, summed
+at every event, is kept in integers (``sim/frag.py``).
 """
 
 from __future__ import annotations
