@@ -5,14 +5,23 @@ The run config is a normal run config (``[cluster] [workload] [env] [eval]``, se
 ``jaxsched.config``) plus ``[agent]`` (``agents.ddqn.AgentConfig``) and ``[train]``
 (``agents.trainer.TrainConfig``). ``--set section.key=value`` overrides any of them.
 
+Training runs ``train.num_seeds`` independent runs side by side (seeds ``train.seed + i``,
+vmapped, split across local devices when their count divides it). At every checkpoint and at
+the end, each run's greedy agent plays ``train.valid_episodes`` validation episodes (drawn
+with ``train.valid_seed``; for a trace, windows of the training part ``train.trace_span``),
+and the agent with the lowest validation mean JCT so far is the one evaluated: a choice of
+seed and of checkpoint made without the held-out episodes.
+
 Writes under ``eval.out_dir`` (``results/runs/<run>/``):
-  train_log.csv       one row per jitted chunk: return, loss, mean Q, epsilon, env steps/s
-  checkpoints/        orbax checkpoints every ``train.checkpoint_every`` updates
+  train_log.csv       one row per (jitted chunk, run): return, loss, mean Q, epsilon, env steps/s
+  valid_log.csv       one row per (validation, run): validation mean JCT
+  checkpoints/        orbax checkpoints every ``train.checkpoint_every`` updates and at the end
+                      (every run and the agent kept so far)
   per_episode.csv, summary.csv, summary.md, paired.csv   held-out evaluation
   learning_curve.png, comparison.png, jct_cdf.png, config.json
 ``--resume`` continues from the last checkpoint of the same folder; the result equals that
 of an uninterrupted run (the checkpoint holds every bit of the runner, RNG key included).
-``--checkpoint DIR`` skips training and evaluates the agent of DIR's last checkpoint.
+``--checkpoint DIR`` skips training and evaluates the agent kept in DIR's last checkpoint.
 ``--eval-set section.key=value`` changes the evaluation only, e.g. the agent trained on the
 synthetic workload evaluated on windows of the openb trace at rho 0.9 (a transfer test)::
 
@@ -40,6 +49,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -59,9 +69,10 @@ from jaxsched.types import EnvParams, to_device
 
 DEFAULT_CONFIG = "configs/gnn_ddqn.toml"
 AGENT_NAME = "gnn-ddqn"
-LOG_FIELDS = ("update", "env_steps", "episodes_finished", "return", "train_mean_jct_s",
+LOG_FIELDS = ("update", "run", "env_steps", "episodes_finished", "return", "train_mean_jct_s",
               "reward_per_step", "loss", "q_mean", "epsilon", "env_steps_per_s", "updates_per_s",
               "wall_s")
+VALID_FIELDS = ("update", "run", "seed", "valid_jct_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,17 +116,47 @@ def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
     return dataclasses.replace(run, base=base)
 
 
+class Selection(NamedTuple):
+    """The agent that validation has picked so far (saved with every checkpoint)."""
+
+    params: object           # its network parameters
+    valid_jct_s: jax.Array   # [] float32: its mean JCT on the validation episodes (inf: none yet)
+    run: jax.Array           # [] int32: which of the runs (training seed = train.seed + run)
+    update: jax.Array        # [] int32: after how many updates
+
+
+class Trained(NamedTuple):
+    trainer: trainer.Trainer
+    runners: trainer.Runner   # every leaf with a leading [train.num_seeds] runs axis
+    selection: Selection
+    log: pd.DataFrame         # train_log.csv: one row per (chunk, run)
+    valid_log: pd.DataFrame   # valid_log.csv: one row per (validation, run)
+
+
+def _pick(runners: trainer.Runner, run: int, valid_jct_s: float) -> Selection:
+    return Selection(params=jax.tree.map(lambda x: x[run], runners.params),
+                     valid_jct_s=np.float32(valid_jct_s), run=np.int32(run),
+                     update=np.int32(runners.update[run]))
+
+
+def _checkpoint_tree(runners, selection) -> dict:
+    return {"runners": runners, "selection": selection}
+
+
 def load_trained(run: RunConfig, run_dir: Path):
-    """(trainer, runner) restored from the last checkpoint under ``run_dir``/checkpoints."""
+    """(trainer, selection) restored from the last checkpoint under ``run_dir``/checkpoints:
+    the agent validation picked (with no validation, run 0's agent at that checkpoint)."""
     env, env_params, workload, _ = setup(run)
     tr = trainer.make_train(env, env_params, workload, run.agent, run.train)
-    like = jax.jit(tr.init)(jax.random.key(run.train.seed))  # the structure to restore into
+    runners = jax.jit(trainer.over_seeds(tr.init, run.train.num_seeds))(  # the structure to restore into
+        trainer.seed_keys(run.train.seed, run.train.num_seeds))
+    like = _checkpoint_tree(runners, _pick(runners, 0, np.inf))
     mgr = checkpoint.manager(run_dir / "checkpoints")
-    step, runner = checkpoint.restore(mgr, like)
+    step, restored = checkpoint.restore(mgr, like)
     mgr.close()
     if step is None:
         raise DataError(str(run_dir / "checkpoints"), None, "checkpoint", "no checkpoint found")
-    return tr, runner
+    return tr, restored["selection"]
 
 
 def setup(run: RunConfig):
@@ -143,64 +184,137 @@ def setup(run: RunConfig):
 
 
 def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bool = True,
-          stop_after: int | None = None):
-    """Run (or resume) training; returns (trainer, final runner, log frame).
+          stop_after: int | None = None) -> Trained:
+    """Run (or resume) training of ``train.num_seeds`` runs side by side; returns ``Trained``.
 
+    At every checkpoint and at the end, each run's greedy agent is validated
+    (``train.valid_episodes``) and the best so far is kept in the selection.
     stop_after: stop after this many updates (simulates an interruption; tests use it).
     """
     env, env_params, workload, _ = setup(run)
     tc = run.train
     tr = trainer.make_train(env, env_params, workload, run.agent, tc)
-    init = jax.jit(tr.init)
-    run_chunk = jax.jit(tr.run_chunk, donate_argnums=0)
-    runner = init(jax.random.key(tc.seed))
+    init = jax.jit(trainer.over_seeds(tr.init, tc.num_seeds))
+    run_chunk = jax.jit(trainer.over_seeds(tr.run_chunk, tc.num_seeds), donate_argnums=0)
+    runners = init(trainer.seed_keys(tc.seed, tc.num_seeds))
+    selection = _pick(runners, 0, np.inf)
+    validate = agent_episodes(validation_config(run), run.agent, tr.graphdef) if tc.valid_episodes else None
     out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = out_dir / "train_log.csv"
+    log_path, valid_path = out_dir / "train_log.csv", out_dir / "valid_log.csv"
     mgr = checkpoint.manager(out_dir / "checkpoints") if tc.checkpoint_every else None
-    rows = []
+    rows, valid_rows = [], []
     if resume and mgr is not None:
-        step, restored = checkpoint.restore(mgr, runner)
+        step, restored = checkpoint.restore(mgr, _checkpoint_tree(runners, selection))
         if step is not None:
-            runner = restored
-            if log_path.exists():
-                old = pd.read_csv(log_path)
-                rows = old[old["update"] <= step].to_dict("records")
-    start = int(runner.update)
+            runners, selection = restored["runners"], restored["selection"]
+            rows = _rows_until(log_path, step)
+            valid_rows = _rows_until(valid_path, step)
+    start = int(runners.update[0])
     end = tc.total_updates if stop_after is None else min(tc.total_updates, stop_after)
     started = time.perf_counter()
     with tqdm(total=tc.total_updates, initial=start, desc="updates", unit="upd",
               disable=not show_progress) as bar:
-        while int(runner.update) < end:
+        while int(runners.update[0]) < end:
             t0 = time.perf_counter()
-            runner, summary = run_chunk(runner)
-            summary = jax.device_get(summary)
+            runners, summary = run_chunk(runners)
+            summary = jax.device_get(summary)  # every value [S]
             dt = time.perf_counter() - t0
-            update = int(summary["update"])
-            ret = float(summary["return"])
-            rows.append({
-                "update": update, "env_steps": update * tc.num_envs,
-                "episodes_finished": int(summary["episodes_finished"]), "return": ret,
-                "train_mean_jct_s": -ret / (tc.train_jobs * tc.reward_scale * env.config.reward_scale)
-                if math.isfinite(ret) and tc.reward_scale > 0 else float("nan"),
-                "reward_per_step": float(summary["reward_per_step"]), "loss": float(summary["loss"]),
-                "q_mean": float(summary["q_mean"]), "epsilon": float(summary["epsilon"]),
-                "env_steps_per_s": tc.chunk_updates * tc.num_envs / dt,
-                "updates_per_s": tc.chunk_updates / dt, "wall_s": time.perf_counter() - started})
-            _write_log(log_path, rows)
+            update = int(summary["update"][0])
+            for i in range(tc.num_seeds):
+                ret = float(summary["return"][i])
+                rows.append({
+                    "update": update, "run": i, "env_steps": update * tc.num_envs,
+                    "episodes_finished": int(summary["episodes_finished"][i]), "return": ret,
+                    "train_mean_jct_s": -ret / (tc.train_jobs * tc.reward_scale * env.config.reward_scale)
+                    if math.isfinite(ret) and tc.reward_scale > 0 else float("nan"),
+                    "reward_per_step": float(summary["reward_per_step"][i]),
+                    "loss": float(summary["loss"][i]), "q_mean": float(summary["q_mean"][i]),
+                    "epsilon": float(summary["epsilon"][i]),
+                    "env_steps_per_s": tc.num_seeds * tc.chunk_updates * tc.num_envs / dt,
+                    "updates_per_s": tc.num_seeds * tc.chunk_updates / dt,
+                    "wall_s": time.perf_counter() - started})
+            _write_rows(log_path, rows, LOG_FIELDS)
             bar.update(tc.chunk_updates)
-            bar.set_postfix(ret=f"{ret:.2f}", loss=f"{rows[-1]['loss']:.3g}", eps=f"{rows[-1]['epsilon']:.2f}")
-            if mgr is not None and update % tc.checkpoint_every == 0:
-                checkpoint.save(mgr, update, runner)
+            best = min(range(tc.num_seeds), key=lambda i: -float(summary["return"][i]))
+            bar.set_postfix(ret=f"{float(summary['return'][best]):.2f}", loss=f"{rows[-1]['loss']:.3g}",
+                            eps=f"{rows[-1]['epsilon']:.2f}")
+            at_checkpoint = tc.checkpoint_every and update % tc.checkpoint_every == 0
+            if at_checkpoint or update == tc.total_updates:
+                if validate is None:
+                    selection = _pick(runners, 0, np.nan)
+                else:
+                    for i in range(tc.num_seeds):
+                        jct = float(np.mean(validate(jax.tree.map(lambda x: x[i], runners.params))["jct_mean"]))
+                        valid_rows.append({"update": update, "run": i, "seed": tc.seed + i, "valid_jct_s": jct})
+                        if jct < float(selection.valid_jct_s):
+                            selection = _pick(runners, i, jct)
+                    _write_rows(valid_path, valid_rows, VALID_FIELDS)
+                    bar.write(f"validation after {update} updates: mean JCT "
+                              + ", ".join(f"{r['valid_jct_s']:.1f} s" for r in valid_rows[-tc.num_seeds:])
+                              + f" (kept: run {int(selection.run)} after {int(selection.update)} updates)")
+            if mgr is not None and (at_checkpoint or update == tc.total_updates):
+                checkpoint.save(mgr, update, _checkpoint_tree(runners, selection))
     if mgr is not None:
         mgr.close()
-    return tr, runner, pd.DataFrame(rows, columns=LOG_FIELDS)
+    return Trained(tr, runners, selection, pd.DataFrame(rows, columns=LOG_FIELDS),
+                   pd.DataFrame(valid_rows, columns=VALID_FIELDS))
 
 
-def _write_log(path: Path, rows) -> None:
+def _rows_until(path: Path, update: int) -> list:
+    if not path.exists():
+        return []
+    frame = pd.read_csv(path)
+    return frame[frame["update"] <= update].to_dict("records")
+
+
+def _write_rows(path: Path, rows, fields) -> None:
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def validation_config(run: RunConfig) -> cfg_lib.Config:
+    """The run config of the validation episodes: ``train.valid_episodes`` episodes drawn with
+    ``train.valid_seed`` (not the evaluation seed), for a trace windows of the training part
+    ``train.trace_span`` (never the evaluation part ``workload.trace_span``)."""
+    base, tc = run.base, run.train
+    if tc.valid_episodes and tc.valid_seed == base.eval.seed:
+        raise DataError("config", None, "train.valid_seed",
+                        f"must differ from eval.seed ({base.eval.seed}): validation episodes must not be the held-out ones")
+    workload = base.workload
+    if workload.source == "openb":
+        workload = dataclasses.replace(workload, trace_span=tuple(tc.trace_span))
+    return dataclasses.replace(base, workload=workload, eval=dataclasses.replace(
+        base.eval, episodes=tc.valid_episodes, seed=tc.valid_seed,
+        batch_size=min(base.eval.batch_size, max(tc.valid_episodes, 1))))
+
+
+def agent_episodes(config: cfg_lib.Config, agent: ddqn.AgentConfig, graphdef):
+    """``play(params) -> {metric: [E] numpy}``: the greedy agent on the episodes of ``config``.
+
+    The episodes, env keys and rollout of ``jaxsched.evaluate`` (``build_workload``,
+    ``episode_keys(seed, E, stream=1)``), run in batches of ``eval.batch_size`` and split
+    across local devices; compiled once, so it can be called for many ``params``.
+    """
+    nodes = ev.build_nodes(config)
+    jobs, frag, _ = ev.build_workload(config, nodes)
+    env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
+    max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
+    env_keys = ev.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
+    env = ClusterEnv(config.env)
+    policy = ddqn.greedy_policy(graphdef, agent)
+    fn = jax.jit(lambda p, pp, j, k: sharded_rollout(  # stepping: a network is a costly policy
+        env, policy, pp, p, j, k, max_steps, turns=None)[1])
+    batch, episodes = config.eval.batch_size, config.eval.episodes
+
+    def play(params) -> dict:
+        parts = [jax.device_get(fn(env_params, params, jax.tree.map(lambda x: x[lo:lo + batch], jobs),
+                                   env_keys[lo:lo + batch]))
+                 for lo in range(0, episodes, batch)]
+        return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+
+    return play
 
 
 def evaluate_agent(run: RunConfig, graphdef, params, show_progress: bool = True):
@@ -213,25 +327,9 @@ def evaluate_agent(run: RunConfig, graphdef, params, show_progress: bool = True)
         run.base.eval, schedulers=tuple(policies.REGISTRY)))
     result = ev.evaluate(config, show_progress=show_progress)
     baseline_frame, info = result.per_episode, result.info
-    nodes = ev.build_nodes(config)
-    jobs, frag, _ = ev.build_workload(config, nodes)
-    env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
-    max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
-    env_keys = ev.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
-    env = ClusterEnv(config.env)
-    policy = ddqn.greedy_policy(graphdef, run.agent)
-    fn = jax.jit(lambda p, pp, j, k: sharded_rollout(  # stepping: a network is a costly policy
-        env, policy, pp, p, j, k, max_steps, turns=None)[1])
-    frames, batch = [], config.eval.batch_size
     start = time.perf_counter()
-    for lo in range(0, config.eval.episodes, batch):
-        hi = min(lo + batch, config.eval.episodes)
-        metrics = jax.device_get(fn(env_params, params, jax.tree.map(lambda x: x[lo:hi], jobs),
-                                    env_keys[lo:hi]))
-        frame = pd.DataFrame({k: np.asarray(v) for k, v in metrics.items()})
-        frame.insert(0, "episode", np.arange(lo, hi))
-        frames.append(frame)
-    agent_frame = pd.concat(frames, ignore_index=True)
+    agent_frame = pd.DataFrame(agent_episodes(config, run.agent, graphdef)(params))
+    agent_frame.insert(0, "episode", np.arange(config.eval.episodes))
     agent_frame.insert(0, "scheduler", AGENT_NAME)
     info.setdefault("seconds_per_scheduler", {})[AGENT_NAME] = round(time.perf_counter() - start, 3)
     per_episode = pd.concat([agent_frame, baseline_frame], ignore_index=True)
@@ -255,20 +353,30 @@ def paired_differences(per_episode: pd.DataFrame, metric: str = "jct_mean") -> p
     return pd.DataFrame(rows)
 
 
-def plot(out_dir: Path, log: pd.DataFrame, per_episode: pd.DataFrame, summary: pd.DataFrame) -> None:
-    """learning_curve.png, comparison.png (mean JCT ± CI per scheduler), jct_cdf.png
-    (the distribution over episodes of each scheduler's mean JCT)."""
+def plot(out_dir: Path, log: pd.DataFrame, valid_log: pd.DataFrame, per_episode: pd.DataFrame,
+         summary: pd.DataFrame) -> None:
+    """learning_curve.png (one line per run; validation JCT when there is one), comparison.png
+    (mean JCT ± CI per scheduler), jct_cdf.png (the distribution over episodes of each
+    scheduler's mean JCT)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
-    axes[0].plot(log["env_steps"], log["return"], marker=".")
+    panels = 4 if len(valid_log) else 3
+    fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 3.5))
+    for run, curve in log.groupby("run") if "run" in log else [(0, log)]:
+        label = f"run {run}"
+        axes[0].plot(curve["env_steps"], curve["return"], marker=".", label=label)
+        axes[1].plot(curve["env_steps"], curve["loss"], label=label)
+        axes[2].plot(curve["env_steps"], curve["q_mean"], label=label)
     axes[0].set(xlabel="env steps", ylabel="episode return", title="training return")
-    axes[1].plot(log["env_steps"], log["loss"])
     axes[1].set(xlabel="env steps", ylabel="Huber loss", yscale="log", title="TD loss")
-    axes[2].plot(log["env_steps"], log["q_mean"])
     axes[2].set(xlabel="env steps", ylabel="mean Q(s, a)", title="Q")
+    if len(valid_log):
+        for run, curve in valid_log.groupby("run"):
+            axes[3].plot(curve["update"], curve["valid_jct_s"], marker="o", label=f"run {run}")
+        axes[3].set(xlabel="updates", ylabel="mean JCT (s)", title="validation episodes")
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "learning_curve.png", dpi=120)
     plt.close(fig)
@@ -306,7 +414,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="output folder (eval.out_dir)")
     parser.add_argument("--no-eval", action="store_true", help="train only")
     parser.add_argument("--checkpoint", metavar="DIR",
-                        help="skip training: evaluate the agent of DIR's last checkpoint (DIR's config.json "
+                        help="skip training: evaluate the agent kept in DIR's last checkpoint (DIR's config.json "
                              "is not read: pass the same --config/--set it was trained with)")
     parser.add_argument("--eval-set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value for the evaluation only (repeatable)")
@@ -325,26 +433,31 @@ def main(argv=None) -> int:
     if args.checkpoint:
         source = Path(args.checkpoint)
         try:
-            tr, runner = load_trained(run, source)
+            tr, selection = load_trained(run, source)
         except DataError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = source / "train_log.csv"
-        log = pd.read_csv(log_path) if log_path.exists() else pd.DataFrame(columns=LOG_FIELDS)
+        log, valid_log = (pd.read_csv(source / name) if (source / name).exists() else pd.DataFrame(columns=fields)
+                          for name, fields in (("train_log.csv", LOG_FIELDS), ("valid_log.csv", VALID_FIELDS)))
     else:
-        tr, runner, log = train(run, out_dir, resume=args.resume, show_progress=not args.quiet)
-    steady = log.iloc[1:] if len(log) > 1 else log  # the first chunk includes compilation
+        tr, _, selection, log, valid_log = train(run, out_dir, resume=args.resume, show_progress=not args.quiet)
+    steady = log[log["update"] > log["update"].min()] if len(log) else log  # the first chunk includes compilation
     throughput = {"env_steps_per_s": float(steady["env_steps_per_s"].mean()),
                   "updates_per_s": float(steady["updates_per_s"].mean()),
-                  "train_wall_s": float(log["wall_s"].iloc[-1]) if len(log) else 0.0,
-                  "backend": jax.default_backend(), "devices": len(jax.devices())}
+                  "train_wall_s": float(log["wall_s"].max()) if len(log) else 0.0,
+                  "runs": run.train.num_seeds, "backend": jax.default_backend(), "devices": len(jax.devices())}
     print(f"training: {throughput['env_steps_per_s']:.0f} env steps/s, "
-          f"{throughput['updates_per_s']:.1f} updates/s on {throughput['backend']}")
-    info = {"throughput": throughput, "checkpoint": args.checkpoint or str(out_dir / "checkpoints"),
-            "eval_overrides": list(args.eval_set)}
+          f"{throughput['updates_per_s']:.1f} updates/s ({run.train.num_seeds} runs together) "
+          f"on {throughput['backend']}")
+    selected = {"run": int(selection.run), "seed": run.train.seed + int(selection.run),
+                "update": int(selection.update), "valid_jct_s": float(selection.valid_jct_s)}
+    print(f"evaluating run {selected['run']} (seed {selected['seed']}) after {selected['update']} updates"
+          + (f", validation mean JCT {selected['valid_jct_s']:.1f} s" if run.train.valid_episodes else ""))
+    info = {"throughput": throughput, "selected": selected,
+            "checkpoint": args.checkpoint or str(out_dir / "checkpoints"), "eval_overrides": list(args.eval_set)}
     if not args.no_eval:
-        per_episode, summary, eval_info = evaluate_agent(eval_run, tr.graphdef, runner.params,
+        per_episode, summary, eval_info = evaluate_agent(eval_run, tr.graphdef, selection.params,
                                                          show_progress=not args.quiet)
         paired = paired_differences(per_episode)
         per_episode.to_csv(out_dir / "per_episode.csv", index=False)
@@ -353,9 +466,14 @@ def main(argv=None) -> int:
         table = report.markdown_table(summary)
         (out_dir / "summary.md").write_text(
             f"{table}\n\nPaired mean-JCT difference, {AGENT_NAME} minus baseline (s; 95% CI):\n\n"
-            f"{_paired_md(paired)}\n\nTraining throughput: {throughput['env_steps_per_s']:.0f} env steps/s, "
-            f"{throughput['updates_per_s']:.1f} updates/s ({throughput['backend']}).\n")
-        plot(out_dir, log, per_episode, summary)
+            f"{_paired_md(paired)}\n\n{AGENT_NAME}: run {selected['run']} of {run.train.num_seeds} "
+            f"(training seed {selected['seed']}) after {selected['update']} updates"
+            + (f", picked on {run.train.valid_episodes} validation episodes (seed {run.train.valid_seed})"
+               if run.train.valid_episodes else "")
+            + f".\n\nTraining throughput: {throughput['env_steps_per_s']:.0f} env steps/s, "
+            f"{throughput['updates_per_s']:.1f} updates/s, {run.train.num_seeds} runs together "
+            f"({throughput['backend']}).\n")
+        plot(out_dir, log, valid_log, per_episode, summary)
         info.update(eval=eval_info)
         print(table)
         print(_paired_md(paired))

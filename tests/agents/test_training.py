@@ -4,6 +4,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from jaxsched import evaluate as ev
@@ -41,18 +42,53 @@ def test_checkpoint_round_trip_restores_every_leaf(tmp_path):
 
 
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
-    run = tiny_run()
-    _, whole, whole_log = train_lib.train(run, tmp_path / "whole", show_progress=False)
+    run = tiny_run("train.num_seeds=2", "train.valid_episodes=4")
+    whole = train_lib.train(run, tmp_path / "whole", show_progress=False)
     train_lib.train(run, tmp_path / "cut", show_progress=False, stop_after=20)  # "interrupted"
-    _, resumed, resumed_log = train_lib.train(run, tmp_path / "cut", resume=True, show_progress=False)
-    assert int(resumed.update) == int(whole.update) == run.train.total_updates
-    _leaves_equal(resumed.params, whole.params)
-    _leaves_equal(resumed.key, whole.key)
-    cols = ["update", "return", "loss", "q_mean", "epsilon"]
-    np.testing.assert_array_equal(resumed_log[cols].to_numpy(), whole_log[cols].to_numpy())
-    # --checkpoint: the agent evaluated elsewhere is the one the run ended with.
+    resumed = train_lib.train(run, tmp_path / "cut", resume=True, show_progress=False)
+    assert np.asarray(resumed.runners.update).tolist() == [run.train.total_updates] * 2
+    _leaves_equal(resumed.runners, whole.runners)
+    _leaves_equal(resumed.selection, whole.selection)
+    cols = ["update", "run", "return", "loss", "q_mean", "epsilon"]
+    np.testing.assert_array_equal(resumed.log[cols].to_numpy(), whole.log[cols].to_numpy())
+    pd.testing.assert_frame_equal(resumed.valid_log, whole.valid_log)
+    # --checkpoint: the agent evaluated elsewhere is the one the run picked.
     _, loaded = train_lib.load_trained(run, tmp_path / "whole")
-    _leaves_equal(loaded.params, whole.params)
+    _leaves_equal(loaded, whole.selection)
+
+
+def test_validation_keeps_the_agent_with_the_lowest_validation_jct(tmp_path):
+    run = tiny_run("train.num_seeds=2", "train.valid_episodes=4", "train.total_updates=60",
+                   "train.checkpoint_every=20")
+    trained = train_lib.train(run, tmp_path / "two", show_progress=False)
+    valid = trained.valid_log
+    assert sorted(set(zip(valid["update"], valid["run"]))) == [(u, r) for u in (20, 40, 60) for r in (0, 1)]
+    best = valid.loc[valid.valid_jct_s.idxmin()]
+    sel = trained.selection
+    assert (int(sel.run), int(sel.update)) == (int(best["run"]), int(best["update"]))
+    # Replaying the kept agent on the validation episodes gives the JCT it was kept for.
+    play = train_lib.agent_episodes(train_lib.validation_config(run), run.agent, trained.trainer.graphdef)
+    assert float(np.mean(play(sel.params)["jct_mean"])) == pytest.approx(float(sel.valid_jct_s), rel=1e-6)
+    # Run i of a multi-run training is the single run with seed train.seed + i (up to rounding).
+    single = train_lib.train(tiny_run("train.seed=1", "train.total_updates=60", "train.checkpoint_every=20"),
+                             tmp_path / "one", show_progress=False)
+    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[1], trained.runners.params)),
+                    jax.tree.leaves(jax.tree.map(lambda x: x[0], single.runners.params))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    assert int(single.selection.run) == 0 and int(single.selection.update) == 60  # no validation: the last
+
+
+def test_validation_episodes_are_never_the_held_out_ones():
+    run = tiny_run("train.valid_episodes=8", "train.valid_seed=7")
+    config = train_lib.validation_config(run)
+    assert (config.eval.episodes, config.eval.seed) == (8, 7) and run.base.eval.seed == 1000
+    trace = tiny_run('workload.source="openb"', "workload.trace_span=[0.5, 1.0]", "train.trace_span=[0.0, 0.5]",
+                     "train.valid_episodes=8")
+    assert train_lib.validation_config(trace).workload.trace_span == (0.0, 0.5)
+    with pytest.raises(DataError, match="valid_seed"):
+        train_lib.validation_config(tiny_run("train.valid_episodes=8", "train.valid_seed=1000"))
+    with pytest.raises(ValueError, match="valid_episodes"):
+        tiny_run("train.num_seeds=2")
 
 
 def test_eval_overrides_change_the_evaluation_only(tmp_path):
@@ -95,11 +131,11 @@ def test_short_training_run_beats_random_scheduler(tmp_path):
                    'env.reward="placed_jct"', "train.seed=2", "train.total_updates=300",
                    "train.chunk_updates=100", "train.checkpoint_every=0", "train.grad_steps=4",
                    "train.lr=3e-3")
-    tr, runner, _ = train_lib.train(run, tmp_path / "learn", show_progress=False)
-    agent = ddqn.greedy_policy(tr.graphdef, run.agent)
-    untrained = jax.jit(tr.init)(jax.random.key(run.train.seed)).params
+    trained = train_lib.train(run, tmp_path / "learn", show_progress=False)
+    agent = ddqn.greedy_policy(trained.trainer.graphdef, run.agent)
+    untrained = jax.jit(trained.trainer.init)(jax.random.key(run.train.seed)).params
     random_sched = get("random")
-    agent_jct = _mean_jct(run, agent, runner.params, "best-fit")
+    agent_jct = _mean_jct(run, agent, trained.selection.params, "best-fit")
     untrained_jct = _mean_jct(run, agent, untrained, "best-fit")
     random_jct = _mean_jct(run, random_sched.policy, None, random_sched.gpu_rule)
     assert agent_jct < 0.75 * random_jct, (agent_jct, random_jct)
