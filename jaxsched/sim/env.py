@@ -56,6 +56,13 @@ class EnvConfig:
       "placed_jct": -(JCT of the job the step placed), known at placement (end = start +
       run time); credits a placement's run time to the decision that chose the node at once.
       (Migration pauses are not counted by "placed_jct".)
+    reward_gpu_price: "placed_jct" only; 0 (default) keeps the return -(total JCT). Above 0,
+      a placement also pays for the fast GPU time it holds, a shadow price of what later jobs
+      lose by not having it: price * (GPUs held) * (run time, s) * max(0, speed / s_common - 1),
+      where s_common is the GPU-weighted median speed of the cluster (the GPU most jobs fall
+      back to). So a whole GPU job prefers common GPUs and a fractional one, which shares its
+      GPU and so gets more work sped up per GPU-second, prefers fast ones. Evaluation still
+      measures JCT; only the training signal changes.
     reward_scale: reward units per second. Default 1/3600: job-hours.
     track_frag: keep each node's FGD fragmentation ``frag_node`` up to date after every event
       (default). Off: it stays 0, the fragmentation metrics are NaN, and each event skips the
@@ -79,6 +86,7 @@ class EnvConfig:
     gpu_rule: str = "best-fit"
     tie_break: str = "permutation"
     reward: str = "in_system"
+    reward_gpu_price: float = 0.0
     reward_scale: float = 1.0 / 3600.0
     track_job_classes: bool = False
     track_frag: bool = True
@@ -103,6 +111,10 @@ class EnvConfig:
             bad("queue_capacity", f"must be >= window ({self.window})")
         if not self.reward_scale >= 0:
             bad("reward_scale", "must be >= 0")
+        if not (self.reward_gpu_price >= 0 and np.isfinite(self.reward_gpu_price)):
+            bad("reward_gpu_price", "must be a finite number >= 0")
+        if self.reward_gpu_price > 0 and self.reward != "placed_jct":
+            bad("reward_gpu_price", 'prices placements, so it needs reward = "placed_jct"')
         if not (self.resched_interval_s >= 0 and np.isfinite(self.resched_interval_s)):
             bad("resched_interval_s", "must be a finite number >= 0 (0 = no rescheduling)")
         if not isinstance(self.resched_max_moves, int) or self.resched_max_moves < 1:
@@ -284,8 +296,20 @@ class ClusterEnv:
             t_next = self._next_event_time(core, jobs)
             core = self._move_clock(core, jnp.where(wait, t_next, core.time_s), params)
 
-        cost_s = jnp.where(place, end - jobs.arrival_s[j], 0.0)
-        return state.replace(core=core), cost_s, legal
+        cost_s = end - jobs.arrival_s[j]
+        if cfg.reward_gpu_price > 0:
+            cost_s = cost_s + self._gpu_price_s(cluster, n, jobs.num_gpu[j], jobs.gpu_milli[j], run_s)
+        return state.replace(core=core), jnp.where(place, cost_s, 0.0), legal
+
+    def _gpu_price_s(self, cluster, n, num_gpu, gpu_milli, run_s):
+        """reward_gpu_price's charge (seconds) for holding num_gpu x gpu_milli on node n for run_s."""
+        gpus = cluster.num_gpus.astype(jnp.float32)
+        order = jnp.argsort(cluster.speed)
+        half = jnp.cumsum(gpus[order]) >= 0.5 * gpus.sum()
+        s_common = cluster.speed[order[jnp.argmax(half)]]  # GPU-weighted median speed
+        held = num_gpu * gpu_milli / GPU_MILLI
+        premium = jnp.maximum(cluster.speed[n] / s_common - 1.0, 0.0)
+        return self.config.reward_gpu_price * held * run_s * premium
 
     # ----- turn by turn (rollouts that interleave decisions and events) ---------------------
     # ``step`` = ``act`` and then event turns until the next stop. Under ``vmap`` that loop
