@@ -441,7 +441,12 @@ def main(argv=None) -> int:
         log, valid_log = (pd.read_csv(source / name) if (source / name).exists() else pd.DataFrame(columns=fields)
                           for name, fields in (("train_log.csv", LOG_FIELDS), ("valid_log.csv", VALID_FIELDS)))
     else:
-        tr, _, selection, log, valid_log = train(run, out_dir, resume=args.resume, show_progress=not args.quiet)
+        try:
+            tr, _, selection, log, valid_log = train(run, out_dir, resume=args.resume,
+                                                     show_progress=not args.quiet)
+        except DataError as err:  # e.g. --resume from a checkpoint of another config
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     steady = log[log["update"] > log["update"].min()] if len(log) else log  # the first chunk includes compilation
     throughput = {"env_steps_per_s": float(steady["env_steps_per_s"].mean()),
                   "updates_per_s": float(steady["updates_per_s"].mean()),

@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxsched.errors import DataError
+
 
 def _is_key(x) -> bool:
     return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
@@ -25,11 +27,18 @@ def _to_dict(tree) -> dict:
             for i, x in enumerate(leaves)}
 
 
-def _from_dict(data: dict, like):
+def _from_dict(data: dict, like, where: str):
     leaves, treedef = jax.tree.flatten(like)
+    if len(data) != len(leaves):
+        raise DataError(where, None, "checkpoint", f"holds {len(data)} arrays, this config's runner "
+                        f"{len(leaves)}: saved by another version or config")
     out = []
     for i, ref in enumerate(leaves):
         value = jnp.asarray(data[f"leaf_{i:05d}"])
+        want = jax.random.key_data(ref).shape if _is_key(ref) else np.shape(ref)
+        if value.shape != want:
+            raise DataError(where, None, "checkpoint", f"array {i} has shape {value.shape}, this config "
+                            f"needs {want}: trained with another config (train.num_seeds, network or env sizes?)")
         out.append(jax.random.wrap_key_data(value, impl=jax.random.key_impl(ref))
                    if _is_key(ref) else value.astype(ref.dtype))
     return jax.tree.unflatten(treedef, out)
@@ -49,9 +58,10 @@ def save(mgr: ocp.CheckpointManager, step: int, runner) -> None:
 
 def restore(mgr: ocp.CheckpointManager, like, step: int | None = None):
     """(step, runner) of checkpoint ``step`` (default: the latest), shaped like ``like``;
-    (None, None) when there is none."""
+    (None, None) when there is none. A checkpoint of another shape (another config) is a
+    ``DataError``, not a silent reshape."""
     step = mgr.latest_step() if step is None else step
     if step is None:
         return None, None
     data = mgr.restore(step, args=ocp.args.StandardRestore(_to_dict(like)))
-    return step, _from_dict(data, like)
+    return step, _from_dict(data, like, f"{mgr.directory}/{step}")

@@ -57,6 +57,15 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
     _leaves_equal(loaded, whole.selection)
 
 
+def test_checkpoint_of_another_config_is_refused_by_name(tmp_path):
+    train_lib.train(tiny_run("train.total_updates=10"), tmp_path / "one", show_progress=False)
+    two_runs = tiny_run("train.total_updates=10", "train.num_seeds=2", "train.valid_episodes=2")
+    with pytest.raises(DataError, match=r"checkpoints/10.*shape \(1, 16\).*\(2, 16\)"):
+        train_lib.load_trained(two_runs, tmp_path / "one")
+    with pytest.raises(DataError, match="num_seeds"):
+        train_lib.train(two_runs, tmp_path / "one", resume=True, show_progress=False)
+
+
 def test_validation_keeps_the_agent_with_the_lowest_validation_jct(tmp_path):
     run = tiny_run("train.num_seeds=2", "train.valid_episodes=4", "train.total_updates=60",
                    "train.checkpoint_every=20")
