@@ -235,19 +235,15 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
                     "wall_s": time.perf_counter() - started})
             _write_rows(log_path, rows, LOG_FIELDS)
             bar.update(tc.chunk_updates)
-            best = min(range(tc.num_seeds), key=lambda i: -float(summary["return"][i]))
-            bar.set_postfix(ret=f"{float(summary['return'][best]):.2f}", loss=f"{rows[-1]['loss']:.3g}",
-                            eps=f"{rows[-1]['epsilon']:.2f}")
+            bar.set_postfix(ret=f"{float(np.mean(summary['return'])):.2f}",  # mean over runs
+                            loss=f"{float(np.mean(summary['loss'])):.3g}", eps=f"{rows[-1]['epsilon']:.2f}")
             at_checkpoint = tc.checkpoint_every and update % tc.checkpoint_every == 0
             if at_checkpoint or update == tc.total_updates:
                 if validate is None:
                     selection = _pick(runners, 0, np.nan)
                 else:
-                    for i in range(tc.num_seeds):
-                        jct = float(np.mean(validate(jax.tree.map(lambda x: x[i], runners.params))["jct_mean"]))
-                        valid_rows.append({"update": update, "run": i, "seed": tc.seed + i, "valid_jct_s": jct})
-                        if jct < float(selection.valid_jct_s):
-                            selection = _pick(runners, i, jct)
+                    selection, new_rows = _validate(validate, runners, selection, tc.seed)
+                    valid_rows += new_rows
                     _write_rows(valid_path, valid_rows, VALID_FIELDS)
                     bar.write(f"validation after {update} updates: mean JCT "
                               + ", ".join(f"{r['valid_jct_s']:.1f} s" for r in valid_rows[-tc.num_seeds:])
@@ -258,6 +254,18 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
         mgr.close()
     return Trained(tr, runners, selection, pd.DataFrame(rows, columns=LOG_FIELDS),
                    pd.DataFrame(valid_rows, columns=VALID_FIELDS))
+
+
+def _validate(play, runners: trainer.Runner, selection: Selection, seed: int):
+    """Each run's greedy agent on the validation episodes (``play``, see ``agent_episodes``)
+    -> (the selection, replaced by a run that does better than it; valid_log rows)."""
+    rows = []
+    for i in range(runners.update.shape[0]):
+        jct = float(np.mean(play(jax.tree.map(lambda x: x[i], runners.params))["jct_mean"]))
+        rows.append({"update": int(runners.update[i]), "run": i, "seed": seed + i, "valid_jct_s": jct})
+        if jct < float(selection.valid_jct_s):
+            selection = _pick(runners, i, jct)
+    return selection, rows
 
 
 def _rows_until(path: Path, update: int) -> list:
