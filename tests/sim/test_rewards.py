@@ -13,13 +13,8 @@ from jaxsched.workload import synthetic
 from tests.strategies import FRAG_CLASSES
 
 
-@pytest.mark.parametrize("reward", ["in_system", "placed_jct"])
-def test_return_is_minus_total_jct(reward):
-    env = ClusterEnv(EnvConfig(window=4, reward=reward, reward_scale=1.0))
-    params = to_device(EnvParams(cl.to_cluster(cl.preset(4)), FRAG_CLASSES))
-    jobs = synthetic.generate(jax.random.key(5), synthetic.SyntheticConfig(num_jobs=60, mean_interarrival_s=30.0))
-    policy = get("best-fit").policy
-
+def _play_to_the_end(env, params, jobs, policy):
+    """(final state, undiscounted return) of one episode played by ``policy`` until done."""
     def body(carry):
         state, obs, total, key = carry
         key, k = jax.random.split(key)
@@ -29,6 +24,17 @@ def test_return_is_minus_total_jct(reward):
     state, obs = env.reset(jax.random.key(1), params, jobs)
     state, _, total, _ = jax.jit(lambda c: jax.lax.while_loop(lambda c: ~c[0].core.done, body, c))(
         (state, obs, jnp.float32(0.0), jax.random.key(2)))
+    return state, total
+
+
+@pytest.mark.parametrize("reward", ["in_system", "placed_jct"])
+def test_return_is_minus_total_jct(reward):
+    env = ClusterEnv(EnvConfig(window=4, reward=reward, reward_scale=1.0))
+    params = to_device(EnvParams(cl.to_cluster(cl.preset(4)), FRAG_CLASSES))
+    jobs = synthetic.generate(jax.random.key(5), synthetic.SyntheticConfig(num_jobs=60, mean_interarrival_s=30.0))
+    policy = get("best-fit").policy
+
+    state, total = _play_to_the_end(env, params, jobs, policy)
     jct = np.asarray(state.end_s - jobs.arrival_s, np.float64)[np.asarray(jobs.valid)]
     assert int(env.metrics(state, params)["finished"]) == 60
     np.testing.assert_allclose(float(total), -jct.sum(), rtol=1e-4)
@@ -44,15 +50,7 @@ def test_gpu_price_charges_fast_gpu_time_held_on_top_of_the_jct():
     jobs = synthetic.generate(jax.random.key(5), synthetic.SyntheticConfig(num_jobs=60, mean_interarrival_s=30.0))
     policy = get("hops").policy  # hops puts jobs on the fast GPUs
 
-    def body(carry):
-        state, obs, total, key = carry
-        key, k = jax.random.split(key)
-        state, obs, r, _, _ = env.step(k, state, policy(None, obs, k), params)
-        return state, obs, total + r, key
-
-    state, obs = env.reset(jax.random.key(1), params, jobs)
-    state, _, total, _ = jax.jit(lambda c: jax.lax.while_loop(lambda c: ~c[0].core.done, body, c))(
-        (state, obs, jnp.float32(0.0), jax.random.key(2)))
+    state, total = _play_to_the_end(env, params, jobs, policy)
     c = jax.device_get(params.cluster)
     valid = np.asarray(jobs.valid)
     speed, gpus = np.asarray(c.speed, np.float64), np.asarray(c.num_gpus, np.float64)
