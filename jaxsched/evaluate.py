@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from jaxsched.devices import use_all_cpu_cores
+from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import policies, report
@@ -338,7 +338,7 @@ def write_sweep(out_dir: Path, config, per_episode, summary, info) -> list:
 
 
 def main(argv=None) -> int:
-    use_all_cpu_cores()  # one host device per core, before JAX starts (jaxsched/devices.py)
+    configure_cpu()  # XLA flags for the CPU, before JAX starts (jaxsched/devices.py)
     parser = argparse.ArgumentParser(prog="python -m jaxsched.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="TOML run config (default: built-in defaults)")

@@ -1,8 +1,8 @@
 """One rollout for every policy: heuristics and learned agents run through the same code.
 
-``rollout`` resets a batch of episodes and runs them (vmapped; stepping, or turn by turn)
-until every episode is done or a step cap is reached, then returns the final states and
-per-episode metrics.
+``rollout`` resets a batch of episodes and runs them (each alone, or vmapped: stepping, or
+turn by turn) until every episode is done or a step cap is reached, then returns the final
+states and per-episode metrics.
 ``rollout_timeline`` steps the same episodes a fixed number of steps and records the cluster
 after each one (for plots over time).
 """
@@ -15,6 +15,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxsched import devices
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.sim.reduce import ordered_sum
 from jaxsched.types import GPU_MILLI, EnvParams, Jobs
@@ -25,8 +26,12 @@ TURNS = 2  # event turns per iteration of the turn-by-turn loop (see rollout's d
 
 
 def default_chunk() -> int | None:
-    """Episodes run together: small on a CPU (cache, slowest-episode waits), all on a GPU."""
-    return CPU_CHUNK if jax.default_backend() == "cpu" else None
+    """Episodes run together: on a CPU one (each episode alone, its loop one kernel) when
+    ``devices.configure_cpu`` enabled whole-loop kernels, else a few (cache, slowest-episode
+    waits); on a GPU all of them."""
+    if jax.default_backend() != "cpu":
+        return None
+    return 1 if devices.whole_loop_kernels() else CPU_CHUNK
 
 
 def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvParams,
@@ -38,9 +43,11 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     max_steps: step cap (decisions per episode); an episode still running then has
     metrics["done"] == 0.
     chunk: episodes run together (-1: ``default_chunk()``, None: the whole batch); a
-    larger batch runs as a sequence of chunks (``lax.map``).
-    turns: how the loop advances the episodes; either way the episodes are exactly the same
-    (same states, same keys):
+    larger batch runs as a sequence of chunks (``lax.map``). 1: each episode alone,
+    unbatched and stepped (``turns`` does not apply): no episode waits for another, and
+    XLA:CPU can compile its whole loop into one kernel (``devices.py``).
+    turns: how a chunk's loop advances its episodes; either way the episodes are exactly the
+    same (same states, same keys):
       None  step: each iteration, every episode takes a decision and runs to its next one
             (``env.step``). Under ``vmap`` the event loop runs as long as the slowest
             episode of the chunk, so chunks stay small: on 2 CPU cores at 1,024 episodes,
@@ -60,6 +67,10 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     chunk = default_chunk() if chunk == -1 else chunk
     loop = _rollout_steps if turns is None else functools.partial(_rollout_turns, turns=turns)
     run = lambda j, k: loop(env, policy, policy_params, env_params, j, k, max_steps)  # noqa: E731
+    if chunk == 1:  # metrics as in the batched loops (vmapped): XLA may round a batched division otherwise
+        state = jax.lax.map(
+            lambda c: _episode_alone(env, policy, policy_params, env_params, *c, max_steps), (jobs, keys))
+        return state, jax.vmap(env.metrics, in_axes=(0, None))(state, env_params)
     if chunk is None or batch <= chunk:
         return run(jobs, keys)
     padded = -(-batch // chunk) * chunk  # repeat the last episode up to a multiple of chunk
@@ -69,18 +80,37 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     return jax.tree.map(lambda x: x.reshape(padded, *x.shape[2:])[:batch], out)
 
 
+def _decide_and_step(env, policy, policy_params, env_params, step_key, state, obs, t):
+    """Decision t of one episode: the policy acts on ``obs`` and the env steps.
+    The key schedule every loop shares: ``fold_in(step_key, t)`` split for policy and env."""
+    k_policy, k_env = jax.random.split(jax.random.fold_in(step_key, t))
+    action = policy(policy_params, obs, k_policy)
+    state, obs, _, _, _ = env.step(k_env, state, action, env_params)
+    return state, obs
+
+
+def _episode_alone(env, policy, policy_params, env_params, jobs, key, max_steps):
+    """One episode, unbatched, stepped until it is done or has taken ``max_steps`` decisions
+    -> its final state."""
+    reset_key, step_key = jax.random.split(key)
+    state, obs = env.reset(reset_key, env_params, jobs)
+
+    def body(carry):
+        state, obs, t = carry
+        state, obs = _decide_and_step(env, policy, policy_params, env_params, step_key, state, obs, t)
+        return state, obs, t + 1
+
+    state, _, _ = jax.lax.while_loop(lambda c: (c[2] < max_steps) & ~c[0].core.done, body,
+                                     (state, obs, jnp.int32(0)))
+    return state
+
+
 def _rollout_steps(env, policy, policy_params, env_params, jobs, keys, max_steps):
     """All episodes of the batch stepped together (vmap) until every one is done."""
     reset_keys, step_keys = jax.vmap(lambda k: jax.random.split(k))(keys).swapaxes(0, 1)
     state, obs = jax.vmap(env.reset, in_axes=(0, None, 0))(reset_keys, env_params, jobs)
-
-    def one_step(key, state, obs, t):
-        k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
-        action = policy(policy_params, obs, k_policy)
-        state, obs, _, _, _ = env.step(k_env, state, action, env_params)
-        return state, obs
-
-    batched_step = jax.vmap(one_step, in_axes=(0, 0, 0, None))
+    batched_step = jax.vmap(functools.partial(_decide_and_step, env, policy, policy_params, env_params),
+                            in_axes=(0, 0, 0, None))
 
     def cond(carry):
         state, _, t = carry
@@ -178,10 +208,7 @@ def rollout_timeline(env: ClusterEnv, policy: Callable, policy_params, env_param
     total_milli = env_params.cluster.gpu_exists.sum(dtype=jnp.int32) * GPU_MILLI
 
     def one_step(key, state, obs, t):
-        # Same key schedule as ``_rollout_steps``, so the episodes are the same.
-        k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
-        action = policy(policy_params, obs, k_policy)
-        state, obs, _, _, _ = env.step(k_env, state, action, env_params)
+        state, obs = _decide_and_step(env, policy, policy_params, env_params, key, state, obs, t)
         core = state.core
         record = {"time_s": core.time_s,
                   "alloc_milli": total_milli - core.free_milli.sum(dtype=jnp.int32),

@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from jaxsched.devices import use_all_cpu_cores
+from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import evaluate as ev
@@ -412,7 +412,7 @@ def plot(out_dir: Path, log: pd.DataFrame, valid_log: pd.DataFrame, per_episode:
 
 
 def main(argv=None) -> int:
-    use_all_cpu_cores()  # one host device per core, before JAX starts (jaxsched/devices.py)
+    configure_cpu()  # XLA flags for the CPU, before JAX starts (jaxsched/devices.py)
     parser = argparse.ArgumentParser(prog="python -m jaxsched.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"TOML run config ({DEFAULT_CONFIG})")

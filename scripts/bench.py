@@ -25,12 +25,12 @@ from pathlib import Path
 
 import jax
 
-from jaxsched.devices import use_all_cpu_cores
+from jaxsched.devices import configure_cpu
 from jaxsched import policies
 from jaxsched.benchmark import bench_jax, bench_reference, make_setup
 
 def main(argv=None) -> int:
-    use_all_cpu_cores()  # one host device per core, before JAX starts (jaxsched/devices.py)
+    configure_cpu()  # XLA flags for the CPU, before JAX starts (jaxsched/devices.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="64 nodes, batch 1/64/1024, ~1 minute")
     parser.add_argument("--nodes", type=int, nargs="+", default=[32, 64, 128, 1213])

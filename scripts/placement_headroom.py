@@ -39,7 +39,7 @@ import numpy as np
 
 from jaxsched import evaluate as ev
 from jaxsched import policies, report, train
-from jaxsched.devices import use_all_cpu_cores
+from jaxsched.devices import configure_cpu
 from jaxsched.policies.best_fit import best_fit_scores
 from jaxsched.policies.common import best_node, first_fitting_slot, place_or_wait, window_job
 from jaxsched.sim.env import ClusterEnv
@@ -104,7 +104,7 @@ def realised_allocation(jobs, records, cluster_gpus: int) -> np.ndarray:
 
 
 def main(argv=None) -> int:
-    use_all_cpu_cores()
+    configure_cpu()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=train.DEFAULT_CONFIG)
     parser.add_argument("--episodes", type=int, default=64)

@@ -32,7 +32,7 @@ import numpy as np
 
 from jaxsched import policies
 from jaxsched.benchmark import make_setup
-from jaxsched.devices import use_all_cpu_cores
+from jaxsched.devices import configure_cpu
 from jaxsched.rollout import rollout, sharded_rollout
 from jaxsched.sim import ClusterEnv
 from jaxsched.workload import synthetic
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     parser.add_argument("--schedules", action="store_true", help="stepping vs turn by turn")
     args = parser.parse_args(argv)
     if args.schedules:
-        use_all_cpu_cores()  # before JAX starts its backend (make_setup below)
+        configure_cpu()  # before JAX starts its backend (make_setup below)
     batch = 1024
     _, workload, frag, params, base = make_setup(64, 500, running_capacity=512)
     keys = jax.random.split(jax.random.key(0), batch)

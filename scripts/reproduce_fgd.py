@@ -248,7 +248,7 @@ def main(argv=None) -> int:
     parser.add_argument("--data", help="folder with the openb CSVs (default: $JAXSCHED_DATA or "
                                        "../shared/data, /alibaba-gpu-v2023)")
     args = parser.parse_args(argv)
-    devices.use_all_cpu_cores()  # before the first JAX computation
+    devices.configure_cpu()  # before the first JAX computation
     names = list(LISTS) if "all" in args.lists else args.lists
     if args.data:
         data = Path(args.data)

@@ -3,6 +3,8 @@
 The multi-device run needs XLA_FLAGS set before JAX starts, so it runs in a subprocess
 with 4 host (CPU) devices and compares, per episode, metrics and schedules of
 ``sharded_rollout`` against ``rollout`` on one device and against a 1-device process.
+A third process also has whole-loop kernels (``devices.configure_cpu``), where rollouts run
+each episode alone and XLA compiles its loop into one kernel: the same episodes again.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxsched.devices import LOOP_BYTES, LOOP_OPTION
+
 SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
     from jaxsched import cluster as cl
     from jaxsched.policies import get
-    from jaxsched.rollout import rollout, sharded_rollout
+    from jaxsched.rollout import default_chunk, rollout, sharded_rollout
     from jaxsched.sim import ClusterEnv, EnvConfig
     from jaxsched.types import EnvParams, to_device
     from jaxsched.workload import synthetic, classes
@@ -33,21 +37,30 @@ SCRIPT = textwrap.dedent("""
     params = to_device(EnvParams(cl.to_cluster(nodes), frag))
     keys = jax.random.split(jax.random.key(7), 6)          # 6 episodes: not a multiple of 4
     jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
-    env = ClusterEnv(EnvConfig(running_capacity=64))
     out = {}
-    for name, fn in (("plain", rollout), ("sharded", sharded_rollout)):
-        state, m = jax.jit(lambda p, j, k: fn(env, get("best-fit").policy, None, p, j, k, 400))(
-            params, jobs, keys)
-        out[name] = {"metrics": {k: np.asarray(v).tolist() for k, v in m.items()},
-                     "end_s": np.asarray(state.end_s).tolist(), "node": np.asarray(state.node).tolist()}
+    for scheduler in ("best-fit", "fgd"):
+        sched = get(scheduler)
+        env = ClusterEnv(sched.env_config(EnvConfig(running_capacity=64)))
+        for name, fn in (("plain", rollout), ("sharded", sharded_rollout)):
+            compiled = jax.jit(lambda p, j, k: fn(env, sched.policy, None, p, j, k, 400, turns=sched.turns)
+                               ).lower(params, jobs, keys).compile()
+            state, m = compiled(params, jobs, keys)
+            out["one-kernel loops"] = compiled.as_text().count('xla_cpu_small_call="true"')
+            out[f"{scheduler} {name}"] = {
+                "metrics": {k: np.asarray(v).tolist() for k, v in m.items()},
+                "end_s": np.asarray(state.end_s).tolist(), "node": np.asarray(state.node).tolist(),
+                "frag_node": np.asarray(state.core.frag_node).tolist()}
     out["devices"] = len(jax.devices())
+    out["chunk"] = default_chunk()
     json.dump(out, sys.stdout)
 """)
 
 
-def run(devices: int) -> dict:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_PLATFORMS="cpu")
+def run(devices: int, whole_loop: bool = False) -> dict:
+    flags = f"--xla_force_host_platform_device_count={devices}"
+    if whole_loop:
+        flags += f" --xla_backend_extra_options={LOOP_OPTION}={LOOP_BYTES}"
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -55,12 +68,17 @@ def run(devices: int) -> dict:
 
 
 def test_sharded_rollout_matches_unsharded_episode_by_episode():
-    four, one = run(4), run(1)
-    assert four["devices"] == 4 and one["devices"] == 1
-    reference = one["plain"]
-    for result in (four["plain"], four["sharded"], one["sharded"]):
-        for field in ("end_s", "node"):
-            np.testing.assert_array_equal(result[field], reference[field])
-        for name, values in reference["metrics"].items():
-            np.testing.assert_array_equal(result["metrics"][name], values, err_msg=name)
-    assert sum(reference["metrics"]["finished"]) > 0  # the episodes did real work
+    four, one, whole = run(4), run(1), run(4, whole_loop=True)
+    assert (four["devices"], one["devices"], whole["devices"]) == (4, 1, 4)
+    assert four["chunk"] > 1 and whole["chunk"] == 1  # episodes batched; each alone
+    assert whole["one-kernel loops"] > four["one-kernel loops"]  # the episode loops too
+    for scheduler in ("best-fit", "fgd"):
+        reference = one[f"{scheduler} plain"]
+        for process in (four, one, whole):
+            for name in ("plain", "sharded"):
+                result = process[f"{scheduler} {name}"]
+                for field in ("end_s", "node", "frag_node"):
+                    np.testing.assert_array_equal(result[field], reference[field], err_msg=field)
+                for metric, values in reference["metrics"].items():
+                    np.testing.assert_array_equal(result["metrics"][metric], values, err_msg=metric)
+        assert sum(reference["metrics"]["finished"]) > 0  # the episodes did real work

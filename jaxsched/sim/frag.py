@@ -41,7 +41,9 @@ def weighted_frag(per_class, classes: FragClasses, axis: int = -1):
     """sum_m p_m x_m of integer per-class milli x [..., M] -> [...] float32, summed exactly in
     int32 (``axis``: where the class axis is; ``classes.weight`` must broadcast along it)."""
     total = jnp.maximum(jnp.sum(classes.weight), 1).astype(jnp.float32)  # no classes: 0, not NaN
-    return jnp.sum(per_class * classes.weight, axis).astype(jnp.float32) / total
+    # Times the reciprocal, not a division: XLA turns some divisions by a loop-invariant into
+    # that product and not others, which would make the last bit depend on the code path.
+    return jnp.sum(per_class * classes.weight, axis).astype(jnp.float32) * (1.0 / total)
 
 
 def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):

@@ -161,7 +161,7 @@ def test_same_key_same_episode_and_vmap_equals_one_by_one(cluster, seed, data):
         np.testing.assert_array_equal(np.asarray(state_a.end_s[i]), np.asarray(state_i.end_s[0]))
 
 
-SCHEDULE_CASES = {  # every code path the two loop schedules treat differently: (env, turns)
+SCHEDULE_CASES = {  # every code path the loop schedules treat differently: (env, turns)
     "dynamic": (ENV, 1),
     "static": (STATIC_ENV, 2),
     "sjf-small": (ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=3,
@@ -172,15 +172,16 @@ SCHEDULE_CASES = {  # every code path the two loop schedules treat differently: 
 
 
 @functools.lru_cache(maxsize=None)
-def jitted_schedule(env, turns):
-    return jax.jit(lambda p, j, k, cap: rollout(env, random_any, None, p, j, k, cap, turns=turns),
+def jitted_schedule(env, turns, chunk=-1):
+    return jax.jit(lambda p, j, k, cap: rollout(env, random_any, None, p, j, k, cap, chunk, turns),
                    static_argnums=3)
 
 
 @pytest.mark.parametrize("case", SCHEDULE_CASES)
 @settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
 @given(cluster=clusters(), seed=st.integers(0, 2**31 - 1), data=st.data())
-def test_turn_by_turn_rollout_equals_stepping(case, cluster, seed, data):
+def test_every_loop_schedule_plays_the_same_episodes(case, cluster, seed, data):
+    # Stepping the batch together, turn by turn, and each episode alone (chunk 1, unbatched).
     env, turns = SCHEDULE_CASES[case]
     jobs = [data.draw(workloads()) for _ in range(3)]
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
@@ -189,7 +190,9 @@ def test_turn_by_turn_rollout_equals_stepping(case, cluster, seed, data):
     for cap in (4 * PAD_JOBS + 20, 3):  # to the end; and stopped by the step cap
         stepped = jitted_schedule(env, None)(params, batch, keys, cap)
         by_turns = jitted_schedule(env, turns)(params, batch, keys, cap)
+        alone = jitted_schedule(env, None, chunk=1)(params, batch, keys, cap)
         chex.assert_trees_all_equal(by_turns, stepped)  # every state field and every metric
+        chex.assert_trees_all_equal(alone, stepped)
 
 
 def window_fit_from_scratch(state, cluster):
