@@ -133,10 +133,11 @@ class Core:
     queue         [Q]     int32    queued job indices in queue order, -1 after the end
     queue_key     [Q]     float32  the discipline's sort key of each queued job (+inf after the end)
     queue_len     []      int32
-    window_fit    [K, N]  bool     window slot k holds a job that fits node n now (running
-                                   capacity aside): kept exact per event in O(K + N), a
-                                   node's column when its resources change, a slot's row
-                                   when a job enters or leaves the window
+    window_fit    [N]     int32    bit k of node n: window slot k holds a job that fits node n
+                                   now (running capacity aside; K <= 31 bits). Kept exact per
+                                   event in O(K + N): a node's bits when its resources change,
+                                   a slot's bit on every node when a job enters or leaves the
+                                   window (``ClusterEnv._window_fit_mask`` unpacks [K, N])
     run_job       [R]     int32    running jobs, a ring sorted by end time: run_job[run_head]
     run_end_s     [R]     float32  ends first; entries past num_running are -1 / +inf
     run_head      []      int32    ring position of the running job that ends first

@@ -107,6 +107,8 @@ class EnvConfig:
         for field in ("window", "queue_capacity", "running_capacity"):
             if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
                 bad(field, "must be a positive integer")
+        if isinstance(self.window, int) and self.window > 31:
+            bad("window", "must be <= 31 (the window's fit is kept as one int32 bit per slot)")
         if self.queue_capacity < self.window:
             bad("queue_capacity", f"must be >= window ({self.window})")
         if not self.reward_scale >= 0:
@@ -186,7 +188,7 @@ class ClusterEnv:
             queue=jnp.full(q, -1, jnp.int32),
             queue_key=jnp.full(q, INF),
             queue_len=jnp.int32(0),
-            window_fit=jnp.zeros((cfg.window, cluster.num_nodes), bool),
+            window_fit=jnp.zeros(cluster.num_nodes, jnp.int32),
             run_job=jnp.full(r, -1, jnp.int32),
             run_end_s=jnp.full(r, INF),
             run_head=jnp.int32(0),
@@ -245,7 +247,8 @@ class ClusterEnv:
         n = jnp.clip(action % n_nodes, 0, n_nodes - 1)
         is_reject = (action >= k_max * n_nodes) & (action < k_max * n_nodes + k_max)
         j = jnp.maximum(window[slot], 0)
-        legal_place = is_place & core.window_fit[slot, n] & self._has_room(core)  # = place_mask[slot, n]
+        legal_place = (is_place & ((core.window_fit[n] >> slot) & 1 == 1)
+                       & self._has_room(core))  # = place_mask[slot, n]
         legal_reject = is_reject & (slot < core.queue_len)
         future = self._future_event_exists(core, jobs)
         legal_wait = (action == k_max * n_nodes + k_max) & future
@@ -359,7 +362,7 @@ class ClusterEnv:
         occupied = window >= 0
         j = jnp.maximum(window, 0)
         pick = lambda x, fill=0: jnp.where(occupied, x[j], fill)  # noqa: E731
-        place_mask = core.window_fit & self._has_room(core)
+        place_mask = self._window_fit_mask(core) & self._has_room(core)
         wait_ok = jnp.bool_(False) if self.config.static else self._future_event_exists(core, jobs)
         return Observation(
             window_job=window,
@@ -394,6 +397,11 @@ class ClusterEnv:
         """[K] job indices of the first K queued jobs, -1 for empty slots."""
         k = self.config.window
         return jnp.where(jnp.arange(k) < core.queue_len, core.queue[:k], -1)
+
+    def _window_fit_mask(self, core: Core):
+        """[K, N] bool: window slot k's job fits node n (``window_fit`` unpacked)."""
+        slots = jnp.arange(self.config.window, dtype=jnp.int32)[:, None]
+        return (core.window_fit[None, :] >> slots) & 1 == 1
 
     def _has_room(self, core: Core):
         """A job may be placed: the running set is not full (static mode has none)."""
@@ -438,8 +446,8 @@ class ClusterEnv:
         return frag.node_frag(free_row, free_cpu, model, params.frag_classes)
 
     def _set_node(self, core: Core, jobs: Jobs, cluster, n, free_row, free_cpu, free_mem, node_frag):
-        """Write node n's new free resources and refresh its cached summaries and its column
-        of ``window_fit`` (K fit tests)."""
+        """Write node n's new free resources and refresh its cached summaries and its
+        ``window_fit`` bits (K fit tests)."""
         max_free, whole_free = resources.node_summary(free_row)
         core = core.replace(
             free_milli=core.free_milli.at[n].set(free_row),
@@ -451,7 +459,7 @@ class ClusterEnv:
         )
         window = self._window(core)
         column = self._fits(core, jobs, cluster, jnp.maximum(window, 0), n) & (window >= 0)
-        return core.replace(window_fit=core.window_fit.at[:, n].set(column))
+        return core.replace(window_fit=core.window_fit.at[n].set(resources.mask_to_bits(column)))
 
     def _class_count_shape(self, cluster) -> tuple:
         """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking
@@ -502,8 +510,8 @@ class ClusterEnv:
 
     def _queue_remove(self, core: Core, jobs: Jobs, cluster, slot, active):
         """Remove queue position ``slot`` (< K) when ``active``; the others keep their order.
-        ``window_fit`` rows move up with their jobs; the job that enters the last window
-        slot gets its row (N fit tests)."""
+        ``window_fit`` bits above the slot move down with their jobs; the job that enters the
+        last window slot gets its bit on every node (N fit tests)."""
         i = jnp.arange(core.queue.shape[0])
         shift = active & (i >= slot)
         last = i == core.queue.shape[0] - 1
@@ -513,16 +521,16 @@ class ClusterEnv:
         k = self.config.window
         entering = self._window(core)[k - 1]
         row = self._fits(core, jobs, cluster, jnp.maximum(entering, 0)) & (entering >= 0)
-        rows = jnp.concatenate([core.window_fit[1:], row[None]])
-        up = shift[:k, None]
-        return core.replace(window_fit=jnp.where(up, rows, core.window_fit))
+        bits, below = core.window_fit, (1 << slot) - 1  # slot < K <= 31
+        moved = (bits & below) | ((bits >> 1) & ~below) | (row.astype(jnp.int32) << (k - 1))
+        return core.replace(window_fit=jnp.where(active, moved, bits))
 
     def _queue_insert(self, core: Core, jobs: Jobs, cluster, j, key, active):
         """Insert job ``j`` after every queued job with sort key <= ``key`` when ``active``.
 
         FIFO keys grow with every arrival, so FIFO appends in O(1); other orders shift O(Q).
-        If ``j`` enters the window it gets its ``window_fit`` row (N fit tests) and the rows
-        after it move down with their jobs.
+        If ``j`` enters the window it gets its ``window_fit`` bit on every node (N fit tests)
+        and the bits after it move up with their jobs.
         """
         pos = self._queue_position(core, key)
         if self.config.queue_order == "fifo":
@@ -536,11 +544,12 @@ class ClusterEnv:
                 active, jnp.where(i < pos, arr, jnp.where(i == pos, x, jnp.roll(arr, 1))), arr)
             core = core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
                                 queue_len=core.queue_len + active)
-        k = jnp.arange(self.config.window)[:, None]
+        k = self.config.window
         row = self._fits(core, jobs, cluster, j)
-        fit = core.window_fit
-        moved = jnp.where(k < pos, fit, jnp.where(k == pos, row[None], jnp.roll(fit, 1, axis=0)))
-        return core.replace(window_fit=jnp.where(active, moved, fit))
+        at = jnp.minimum(pos, k)  # k: past the window, nothing of it changes
+        bits, below, in_window = core.window_fit, (1 << at) - 1, (1 << k) - 1
+        moved = ((bits & below) | (row.astype(jnp.int32) << at) | ((bits & ~below) << 1)) & in_window
+        return core.replace(window_fit=jnp.where(active, moved, bits))
 
     def _queue_position(self, core: Core, key):
         """Queue position a job with sort key ``key`` is inserted at (after equal keys)."""
@@ -643,7 +652,7 @@ class ClusterEnv:
         """
         t_next = self._next_event_time(core, state.jobs)
         boundary = t_next > core.time_s
-        decision = boundary & core.window_fit.any() & self._has_room(core)
+        decision = boundary & (core.window_fit.max() > 0) & self._has_room(core)
         finished = boundary & (t_next == INF) & ~decision
         return core.replace(done=core.done | finished), decision | finished
 
@@ -777,7 +786,8 @@ class ClusterEnv:
             queue=core.queue.at[0].set(jnp.where(enqueue, j, core.queue[0])),
             queue_key=core.queue_key.at[0].set(jnp.where(enqueue, 0.0, core.queue_key[0])),
             queue_len=core.queue_len + enqueue,
-            window_fit=core.window_fit.at[0].set(jnp.where(enqueue, fit_row, core.window_fit[0])),
+            window_fit=jnp.where(enqueue, (core.window_fit & ~1) | fit_row.astype(jnp.int32),
+                                 core.window_fit),
             acc=core.acc.replace(failed=core.acc.failed + (active & ~fits_any)),
         )
         return core, stop

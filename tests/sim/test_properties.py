@@ -195,10 +195,9 @@ def test_every_loop_schedule_plays_the_same_episodes(case, cluster, seed, data):
         chex.assert_trees_all_equal(alone, stepped)
 
 
-def window_fit_from_scratch(state, cluster):
+def window_fit_from_scratch(state, cluster, k):
     """[K, N] window slot k's job fits node n, recomputed from the free resources alone."""
     core, jobs = state.core, state.jobs
-    k = core.window_fit.shape[0]
     window = np.where(np.arange(k) < int(core.queue_len), np.asarray(core.queue[:k]), -1)
     j = np.maximum(window, 0)
     max_free, whole_free = resources.node_summary(core.free_milli)
@@ -211,17 +210,19 @@ def window_fit_from_scratch(state, cluster):
 @settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
 @given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
 def test_carried_window_fit_equals_the_fit_test_after_every_step(case, cluster, jobs, seed):
-    # The env keeps ``core.window_fit`` (the observation's place mask) per event instead of
-    # recomputing it: placements, completions and migrations refit a node's column, queue
-    # entries and exits a slot's row. Any missed update shows up here.
+    # The env keeps ``core.window_fit`` (the observation's place mask, one bit per slot) per
+    # event instead of recomputing it: placements, completions and migrations refit a node's
+    # bits, queue entries and exits a slot's bit on every node. Any missed update shows up here.
     env = SCHEDULE_CASES[case][0]
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
     reset, step = reset_and_step(env)
     key = jax.random.key(seed)
     state, obs = reset(key, params, to_device(jobs))
     for t in range(20 * PAD_JOBS):
-        np.testing.assert_array_equal(np.asarray(state.core.window_fit),
-                                      window_fit_from_scratch(state, params.cluster), err_msg=f"step {t}")
+        carried = env._window_fit_mask(state.core)  # the int32 bits unpacked to [K, N]
+        np.testing.assert_array_equal(np.asarray(carried),
+                                      window_fit_from_scratch(state, params.cluster, env.config.window),
+                                      err_msg=f"step {t}")
         if bool(state.core.done):
             break
         state, obs, *_ = step(key, state, random_any(None, obs, jax.random.fold_in(key, t)), params)
