@@ -7,14 +7,24 @@ A fractional job tries every GPU of the node with room and the node keeps its be
 score (the env's GPU rule "fgd" then picks that GPU); whole-GPU jobs take the first wholly
 free GPUs; CPU-only jobs are scored too (their CPU use can raise F_n).
 
-All nodes, and all GPUs of each node, are scored at once. Rather than recomputing F_n from
-scratch for each of the G candidate GPUs, per-class sums of the node (GPUs with room for the
-class, free milli on GPUs too small for it, idle milli) are updated for the one GPU that
-changes, which costs O(N * G * M) per decision instead of O(N * G^2 * M). The change in F_n
-is summed from exact integer per-class differences, so "no change" is exactly 0 (score 50)
-whatever the float rounding of F_n itself. The class axis comes first, so that sum adds
-contiguous [N, G] slabs; with it last (strided pairs) the policy ran at half the speed
-(scripts/bench.py --quick, 1,024 episodes: ~21k -> ~42k decisions/s).
+All nodes, and all GPUs of each node, are scored at once, in exact integers: the change in
+F_n is summed from integer per-class terms, so "no change" is exactly 0 (score 50) whatever
+the float rounding of F_n itself.
+
+A fractional job (``gpu_milli`` d on one GPU with free f) changes a class m's term in one
+of three ways, set by where the class's ``gpu_milli`` stands against f - d and f:
+  need <= f - d       the GPU still has room for m: the per-class sums do not change;
+  f - d < need <= f   it loses room for m: one GPU fewer with room, f - d more milli on
+                      GPUs too small;
+  f < need            it was too small already: d less milli on GPUs too small.
+The node's idle milli drops by d in every case. With the classes sorted by ``gpu_milli``,
+each case covers a run of consecutive classes, so F_n after placing on GPU g is three
+differences of per-node prefix sums over the classes (the middle one linear in f), looked up
+at the number of classes below f - d and below f. The [M, N, G] work left is four cheap
+compare-and-sum passes (the node's per-class sums, and those two counts); scoring every
+(class, node, GPU) in full took a dozen. 76k -> 120k decisions/s (scripts/bench.py --quick,
+1,024 episodes, one-kernel loops). Whole-GPU and CPU-only jobs leave no GPU partly used,
+so their [M, N] pass stays direct.
 """
 
 import jax
@@ -25,61 +35,79 @@ from jaxsched.sim import frag
 from jaxsched.types import GPU_MILLI
 
 
-def _class_frag(enough, too_small, idle, free_cpu, static_fit, classes):
-    """Per-class F_n(m) (int32) from per-class sums; the class axis leads: [M, ...].
+def _by_gpu_milli(classes):
+    """The classes in ``gpu_milli`` order (ties by index), each field [M, 1].
 
-    enough: GPUs with free >= gpu_milli_m; too_small: free milli on GPUs with free <
-    gpu_milli_m; idle: all free milli; static_fit: class needs a GPU and the model is allowed.
-    ``classes`` fields are shaped to broadcast against the others ([M, 1] or [M, 1, 1]).
+    Ranked by comparisons, not sorted: a sort in a loop keeps XLA:CPU from compiling the
+    loop into one kernel (``devices.py``). A tiny [M, M] pass (XLA may hoist it out of the loop).
     """
-    fits = static_fit & (free_cpu >= classes.cpu_milli) & (enough >= classes.num_gpu)
-    return jnp.where(fits, too_small, idle)
+    need, index = classes.gpu_milli, jnp.arange(classes.gpu_milli.shape[0])
+    ahead = (need[None, :] < need[:, None]) | ((need[None, :] == need[:, None]) & (index[None, :] < index[:, None]))
+    rank = ahead.sum(1)  # [M] position of class m
+    order = jnp.where(rank[None, :] == index[:, None], index[None, :], 0).sum(1)  # [M] class at position r
+    return jax.tree.map(lambda x: x[order][:, None], classes)
+
+
+def _prefix_sums(x):
+    """[M, N] -> [N, M + 1]: column i sums the first i rows (classes)."""
+    rows = [jnp.zeros_like(x[0])]
+    for row in x:
+        rows.append(rows[-1] + row)
+    return jnp.stack(rows, 1)
 
 
 def fgd_scores(obs, job):
     """[N] int32 FGD score of every node for ``job`` (feasibility not applied).
 
     For a fractional job, GPUs without room score as the lowest possible, so a node's score
-    is the best over its GPUs with room. Arrays are laid out class-first ([M, N] and
-    [M, N, G]): the sum over classes then adds whole contiguous [N, G] slabs.
+    is the best over its GPUs with room. Arrays are class-first ([M, N]; [M, N, G] only for
+    the per-class sums of the node as it is).
     """
-    per_node = jax.tree.map(lambda x: x[:, None], obs.frag_classes)  # fields [M, 1]
-    per_gpu = jax.tree.map(lambda x: x[:, None, None], obs.frag_classes)  # fields [M, 1, 1]
-    need = per_gpu.gpu_milli  # [M, 1, 1]
-    exists = obs.cluster.gpu_exists  # [N, G]
-    free = obs.free_milli  # [N, G]
-    model_ok = (per_node.model_mask >> obs.cluster.gpu_model) & 1 == 1  # [M, N]
-    static_fit = (per_node.num_gpu > 0) & model_ok  # [M, N]
-    enough_g = exists & (free >= need) & (need > 0)  # [M, N, G]
-    small_g = jnp.where(exists & (free < need), free, 0)  # [M, N, G]
-    enough, too_small = enough_g.sum(-1), small_g.sum(-1)  # [M, N]
+    c = _by_gpu_milli(obs.frag_classes)  # fields [M, 1]
+    need, num_classes = c.gpu_milli, c.gpu_milli.shape[0]
+    exists, free = obs.cluster.gpu_exists, obs.free_milli  # [N, G]
+    f = free[None]  # [1, N, G]
+    enough = (exists & (f >= need[..., None]) & (need[..., None] > 0)).sum(-1)  # [M, N] GPUs with room
+    too_small = jnp.where(exists & (f < need[..., None]), f, 0).sum(-1)  # [M, N] milli on GPUs without
     idle = free.sum(-1)  # [N]
-    before = _class_frag(enough, too_small, idle, obs.free_cpu, static_fit, per_node)  # [M, N]
-    cpu_after = obs.free_cpu - job["cpu_milli"]  # [N]
-
+    model_ok = (c.model_mask >> obs.cluster.gpu_model) & 1 == 1  # [M, N]
+    static_fit = (c.num_gpu > 0) & model_ok
+    before = jnp.where(static_fit & (obs.free_cpu >= c.cpu_milli) & (enough >= c.num_gpu), too_small, idle)
+    weighted_before = (before * c.weight).sum(0)  # [N], exact int32 (types.MAX_FRAG_WEIGHT)
+    fits_cpu_after = static_fit & (obs.free_cpu - job["cpu_milli"] >= c.cpu_milli)  # [M, N]
     d = job["gpu_milli"]
+
+    def score(weighted_drop):  # exact int32 drop of sum_m weight_m F_n(m) -> FGD score
+        return frag.fgd_score(frag.frag_milli(weighted_drop, obs.frag_classes), 0.0)
 
     def whole_or_cpu_only():
         # k wholly free GPUs (1000 >= any class's gpu_milli) become 0.
         k = jnp.where(d < GPU_MILLI, 0, job["num_gpu"])
-        after = _class_frag(enough - k * (per_node.gpu_milli > 0), too_small, idle - k * GPU_MILLI,
-                            cpu_after, static_fit, per_node)
-        delta = frag.frag_drop(before, after, per_node, axis=0)  # [N]
-        return frag.fgd_score(delta, 0.0)
+        after = jnp.where(fits_cpu_after & (enough - k * (need > 0) >= c.num_gpu), too_small,
+                          idle - k * GPU_MILLI)
+        return score(weighted_before - (after * c.weight).sum(0))
 
     def fractional():
-        # GPU g goes from f_g to f_g - d; only g's terms change.
-        moved = free - d  # [N, G]
-        enough_gd = enough[..., None] - enough_g + (exists & (moved >= need) & (need > 0))
-        small_gd = too_small[..., None] - small_g + jnp.where(exists & (moved < need), moved, 0)
-        after_g = _class_frag(enough_gd, small_gd, (idle - d)[:, None], cpu_after[:, None],
-                              static_fit[..., None], per_gpu)  # [M, N, G]
-        delta = frag.frag_drop(before[..., None], after_g, per_gpu, axis=0)  # [N, G]
+        idle_after = idle - d
+        keeps_room = fits_cpu_after & (enough >= c.num_gpu)  # the GPU still has room, or never had
+        loses_room = fits_cpu_after & (enough - 1 >= c.num_gpu)
+        w = c.weight
+        still = _prefix_sums(w * jnp.where(keeps_room, too_small, idle_after))  # need <= f - d
+        lost = _prefix_sums(w * jnp.where(loses_room, too_small - d, idle_after))  # f - d < need <= f,
+        lost_f = _prefix_sums(w * loses_room)  # ... plus f times this
+        small = _prefix_sums(w * jnp.where(keeps_room, too_small - d, idle_after))  # f < need
+        below_moved = (need[..., None] <= free - d).sum(0, dtype=jnp.int32)  # [N, G] classes
+        below_free = (need[..., None] <= free).sum(0, dtype=jnp.int32)
+        base = (jnp.arange(free.shape[0], dtype=jnp.int32) * (num_classes + 1))[:, None]
+        at = lambda sums, i: sums.reshape(-1)[base + i]  # noqa: E731 - [N, G] lookups
+        after = (at(still, below_moved) + at(lost, below_free) - at(lost, below_moved)
+                 + free * (at(lost_f, below_free) - at(lost_f, below_moved))
+                 + small[:, num_classes:] - at(small, below_free))  # [N, G]
         room = exists & (free >= d)
-        return jnp.where(room, frag.fgd_score(delta, 0.0), jnp.iinfo(jnp.int32).min).max(-1)
+        return jnp.where(room, score(weighted_before[:, None] - after), jnp.iinfo(jnp.int32).min).max(-1)
 
-    # A real branch when not vmapped (the costly [M, N, G] pass only for fractional jobs);
-    # under vmap both run and one is selected.
+    # A real branch when not vmapped (the [N, G] pass only for fractional jobs); under vmap
+    # both run and one is selected.
     is_fractional = (job["num_gpu"] == 1) & (d < GPU_MILLI)
     return jax.lax.cond(is_fractional, fractional, whole_or_cpu_only).astype(jnp.int32)
 

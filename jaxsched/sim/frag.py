@@ -40,10 +40,15 @@ def class_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
 def weighted_frag(per_class, classes: FragClasses, axis: int = -1):
     """sum_m p_m x_m of integer per-class milli x [..., M] -> [...] float32, summed exactly in
     int32 (``axis``: where the class axis is; ``classes.weight`` must broadcast along it)."""
+    return frag_milli(jnp.sum(per_class * classes.weight, axis), classes)
+
+
+def frag_milli(weighted, classes: FragClasses):
+    """An exact int32 sum_m weight_m x_m -> sum_m p_m x_m (float32 milli): one rounding."""
     total = jnp.maximum(jnp.sum(classes.weight), 1).astype(jnp.float32)  # no classes: 0, not NaN
     # Times the reciprocal, not a division: XLA turns some divisions by a loop-invariant into
     # that product and not others, which would make the last bit depend on the code path.
-    return jnp.sum(per_class * classes.weight, axis).astype(jnp.float32) * (1.0 / total)
+    return weighted.astype(jnp.float32) * (1.0 / total)
 
 
 def node_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):

@@ -14,7 +14,7 @@ from jaxsched import cluster as cl
 from jaxsched.sim import ClusterEnv, EnvConfig, resources
 from jaxsched.types import ALL_MODELS, GPU_MILLI, EnvParams, FragClasses, jobs_from_numpy, to_device
 
-N_NODES, G_MAX, M_CLASSES = 4, 8, 4
+N_NODES, G_MAX, M_CLASSES = 4, 8, 5
 ENV = ClusterEnv(EnvConfig(mode="static", window=1, queue_capacity=1, running_capacity=1,
                            tie_break="identity"))
 _reset = jax.jit(ENV.reset)

@@ -98,7 +98,9 @@ def test_vectorised_scores_match_a_from_scratch_computation_on_random_states():
     rng = np.random.default_rng(7)
     clus = cluster()
     exists = np.asarray(clus.gpu_exists)
-    classes = frag_classes([(2000, 300, 1, 3), (8000, 1000, 2, 3), (4000, 700, 1, 2), (16000, 0, 0, 2)])
+    # Two classes share gpu_milli 300 (fgd_scores orders classes by it, ties by index).
+    classes = frag_classes([(2000, 300, 1, 3), (8000, 1000, 2, 3), (4000, 700, 1, 2), (16000, 0, 0, 2),
+                            (12000, 300, 1, 1)])
     jobs = [(1, 250, 2000), (1, 600, 1000), (1, 1000, 4000), (2, 1000, 8000), (4, 1000, 1000), (0, 0, 30000)]
     checked = 0
     for trial in range(12):
