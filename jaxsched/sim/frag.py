@@ -17,6 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxsched.sim.reduce import sum_last
 from jaxsched.types import FragClasses
 
 
@@ -31,9 +32,9 @@ def class_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
     enough = (f >= need) & (need > 0)  # [..., M, G]
     model_ok = (classes.model_mask >> gpu_model[..., None]) & 1 == 1  # [..., M]
     fits = ((classes.num_gpu > 0) & model_ok & (free_cpu[..., None] >= classes.cpu_milli)
-            & (enough.sum(-1) >= classes.num_gpu))
-    too_small = jnp.where(f < need, f, 0).sum(-1)  # [..., M]
-    idle = free_milli.sum(-1)[..., None]  # [..., 1]
+            & (sum_last(enough.astype(jnp.int32)) >= classes.num_gpu))
+    too_small = sum_last(jnp.where(f < need, f, 0))  # [..., M]
+    idle = sum_last(free_milli)[..., None]  # [..., 1]
     return jnp.where(fits, too_small, idle)
 
 

@@ -1,4 +1,5 @@
-"""Float sums whose result does not depend on the batch shape.
+"""Sums that behave: float sums whose result does not depend on the batch shape, and sums
+over a short last axis that vectorise.
 
 XLA may sum a float axis in a different order when the same episode runs in a batch of 1,
 of 64 or on another device, which changes the last bits. Per-episode results must not depend
@@ -30,3 +31,18 @@ def ordered_sum(x, axis: int = -1):
     while x.shape[axis] > 1:
         x = (jax.lax.slice_in_dim(x, 0, None, 2, axis) + jax.lax.slice_in_dim(x, 1, None, 2, axis))
     return jnp.squeeze(x, axis)
+
+
+def sum_last(x):
+    """Sum over a short last axis (a node's GPUs, at most 8) as elementwise adds of its slices.
+
+    In a loop compiled into one kernel (``devices.py``), XLA:CPU vectorises these adds over
+    the leading axes better than a reduction over a minor axis of 8 in one place measured so
+    far: the per-class sums of ``frag.class_frag`` ([M, G] per event), where first-fit went
+    from ~1.01M to ~1.15M decisions/s (64 nodes, A/B runs). The FGD policy's [M, N, G] sums
+    and the env's [N, G] idle total were slower this way and keep ``sum``. Exact for integers.
+    """
+    total = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        total = total + x[..., i]
+    return total
