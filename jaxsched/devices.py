@@ -30,10 +30,11 @@ LOOP_OPTION = "xla_cpu_small_while_loop_byte_threshold"
 LOOP_BYTES = 100_000_000
 
 
-def configure_cpu() -> None:
-    """Set XLA_FLAGS for one host device per CPU core and whole-loop kernels (unless set)."""
+def configure_cpu(every_core: bool = True) -> None:
+    """Set XLA_FLAGS for whole-loop kernels and (``every_core``) one host device per CPU core,
+    unless set already."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if CORES_FLAG not in flags:
+    if every_core and CORES_FLAG not in flags:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if cores > 1:
             flags = f"{flags} {CORES_FLAG}={cores}"

@@ -161,7 +161,7 @@ def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps
 
 
 def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvParams,
-                    jobs: Jobs, keys, max_steps: int, turns: int | None = TURNS):
+                    jobs: Jobs, keys, max_steps: int, turns: int | None = TURNS, chunk: int | None = -1):
     """``rollout`` with the episode batch split across every local device (``shard_map``).
 
     Each device runs its own shard to the end (no cross-device sync per step). Episodes
@@ -170,7 +170,7 @@ def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params
     """
     devices = jax.devices()
     if len(devices) == 1:
-        return rollout(env, policy, policy_params, env_params, jobs, keys, max_steps, turns=turns)
+        return rollout(env, policy, policy_params, env_params, jobs, keys, max_steps, chunk, turns)
     batch = keys.shape[0]
     padded = -(-batch // len(devices)) * len(devices)
     pad = lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], padded - batch, axis=0)])  # noqa: E731
@@ -179,7 +179,7 @@ def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params
     place = lambda x, spec: jax.lax.with_sharding_constraint(  # noqa: E731
         x, jax.sharding.NamedSharding(mesh, spec))
     run = jax.shard_map(
-        lambda p, pp, j, k: rollout(env, policy, pp, p, j, k, max_steps, turns=turns),
+        lambda p, pp, j, k: rollout(env, policy, pp, p, j, k, max_steps, chunk, turns),
         mesh=mesh, in_specs=(whole, whole, split, split), out_specs=split, check_vma=False)
     jobs = jax.tree.map(lambda x: place(pad(x), split), jobs)
     env_params, policy_params = jax.tree.map(lambda x: place(x, whole), (env_params, policy_params))

@@ -1,12 +1,13 @@
 """Where a decision's time goes: the same rollout with one cost component shrunk at a time.
 
-Side by side in one process (64 nodes, 500 jobs per episode, 1,024 episodes, first-fit):
-the base setting, then each variant; the speed-up of a variant over the base bounds what
-that component costs. Writes results/bench/profile.md.
+Side by side in one process (64 nodes, 500 jobs per episode, 1,024 episodes, first-fit, on
+every CPU core with whole-loop kernels, ``devices.configure_cpu``): the base setting (each
+episode alone, the default), then each variant; the speed-up of a variant over the base
+bounds what that component costs. Writes results/bench/profile.md.
 
-``--schedules`` compares the rollout's two loop schedules (``rollout.rollout``: stepping vs
-turn by turn) for first-fit and FGD, on every CPU core (sharded, the default chunk) and on
-one device with the whole batch in one ``vmap`` (as on a GPU). Writes
+``--schedules`` compares the rollout's loop schedules (``rollout.rollout``: each episode
+alone, or vmapped chunks stepping or turn by turn) for first-fit and FGD, on every CPU core
+and on one device with the whole batch in one ``vmap`` (as on a GPU). Writes
 results/bench/rollout_schedule.md.
 
 ``--turns`` instead counts event-loop turns (no timing): per decision on average, and the
@@ -39,12 +40,12 @@ from jaxsched.workload import synthetic
 
 
 def measure(env_config, params, jobs, keys, chunk=-1, scheduler="first-fit", reps=2, turns=-1,
-            shard=False) -> float:
+            shard=True) -> float:
     sched = policies.get(scheduler)
     env = ClusterEnv(sched.env_config(env_config))
     turns = sched.turns if turns == -1 else turns  # -1: the scheduler's own loop schedule
-    if shard:  # every device, each with the default chunk
-        run = jax.jit(lambda p, j, k: sharded_rollout(env, sched.policy, None, p, j, k, 1600, turns)[1])
+    if shard:  # every device, each with ``chunk``
+        run = jax.jit(lambda p, j, k: sharded_rollout(env, sched.policy, None, p, j, k, 1600, turns, chunk)[1])
     else:  # the first device only
         run = jax.jit(lambda p, j, k: rollout(env, sched.policy, None, p, j, k, 1600, chunk, turns)[1])
     compiled = run.lower(params, jobs, keys).compile()
@@ -95,9 +96,10 @@ def compare_schedules(base, params, jobs, keys) -> int:
     """Decisions/s of both loop schedules, side by side (results/bench/rollout_schedule.md)."""
     devices = len(jax.devices())
     variants = [  # (label, turns, shard, chunk)
-        (f"{devices} devices, chunks of 16, stepping", None, True, -1),
-        (f"{devices} devices, chunks of 16, turn by turn, 2 turns", 2, True, -1),
-        (f"{devices} devices, chunks of 16, turn by turn, 4 turns", 4, True, -1),
+        (f"{devices} devices, each episode alone (one-kernel loop)", None, True, 1),
+        (f"{devices} devices, chunks of 16, stepping", None, True, 16),
+        (f"{devices} devices, chunks of 16, turn by turn, 2 turns", 2, True, 16),
+        (f"{devices} devices, chunks of 16, turn by turn, 4 turns", 4, True, 16),
         ("1 device, whole batch, stepping", None, False, None),
         ("1 device, whole batch, turn by turn, 2 turns", 2, False, None),
         ("1 device, whole batch, turn by turn, 4 turns", 4, False, None),
@@ -112,9 +114,11 @@ def compare_schedules(base, params, jobs, keys) -> int:
             first = first or rate
             lines.append(f"| {scheduler} | {label} | {rate:,.0f} | x{rate / first:.2f} |")
             print(lines[-1], flush=True)
-    lines += ["", "The registered schedulers run turn by turn with 2 turns (`Scheduler.turns`), except FGD,",
-              "which steps; CPU rollouts run chunks of 16 episodes per device, GPU rollouts the whole",
-              "batch in one `vmap` (the '1 device, whole batch' rows are the CPU stand-in for that)."]
+    lines += ["", "CPU rollouts run each episode alone (`rollout.default_chunk`, with the whole-loop",
+              "kernels of `devices.configure_cpu`); vmapped chunks hold scatters, so XLA runs them",
+              "kernel by kernel. GPU rollouts run the whole batch in one `vmap`, turn by turn with 2",
+              "turns (`Scheduler.turns`) except FGD, which steps; the '1 device, whole batch' rows are",
+              "the CPU stand-in for that."]
     Path("results/bench").mkdir(parents=True, exist_ok=True)
     Path("results/bench/rollout_schedule.md").write_text("\n".join(lines) + "\n")
     return 0
@@ -125,7 +129,7 @@ def main(argv=None) -> int:
     parser.add_argument("--turns", action="store_true", help="count event-loop turns instead of timing")
     parser.add_argument("--schedules", action="store_true", help="stepping vs turn by turn")
     args = parser.parse_args(argv)
-    if args.schedules:
+    if not args.turns:
         configure_cpu()  # before JAX starts its backend (make_setup below)
     batch = 1024
     _, workload, frag, params, base = make_setup(64, 500, running_capacity=512)
@@ -143,14 +147,13 @@ def main(argv=None) -> int:
         return compare_schedules(base, params, jobs, keys)
     one_class = params.replace(frag_classes=jax.tree.map(lambda x: x[:1], params.frag_classes))
     variants = [
-        ("base (K=8, Q=256, R=512, M=%d FGD classes, chunk 16)" % frag.prob.shape[0], base, params, -1),
+        ("base (K=8, Q=256, R=512, M=%d FGD classes, each episode alone)" % frag.prob.shape[0], base, params, -1),
         ("window K=1 (everything sized by the window)", dataclasses.replace(base, window=1), params, -1),
         ("1 FGD class (fragmentation upkeep)", base, one_class, -1),
         ("no fragmentation upkeep (track_frag=False)", dataclasses.replace(base, track_frag=False), params, -1),
         ("running capacity R=128 (ring insert)", dataclasses.replace(base, running_capacity=128), params, -1),
         ("queue capacity Q=16 (queue shifts)", dataclasses.replace(base, queue_capacity=16), params, -1),
-        ("whole batch in one vmap (no chunks)", base, params, None),
-        ("chunks of 64", base, params, 64),
+        ("chunks of 16 vmapped, turn by turn (kernel by kernel)", base, params, 16),
     ]
     rows = []
     base_rate = None
@@ -160,7 +163,7 @@ def main(argv=None) -> int:
         rows.append((label, rate, rate / base_rate))
         print(f"{label:55s} {rate:>10,.0f} decisions/s  x{rate / base_rate:.2f}", flush=True)
     lines = ["Command: `python scripts/profile_step.py` (64 nodes, 500 jobs/episode, 1,024 episodes, "
-             f"first-fit turn by turn, {jax.devices()[0].platform})", "",
+             f"first-fit, {len(jax.devices())} {jax.devices()[0].platform} devices, whole-loop kernels)", "",
              "| variant | decisions/s | vs base |", "|---|---|---|"]
     lines += [f"| {label} | {rate:,.0f} | x{ratio:.2f} |" for label, rate, ratio in rows]
     out = Path("results/bench")

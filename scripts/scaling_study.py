@@ -1,7 +1,8 @@
 """How the simulator's cost grows with episodes, nodes, jobs per episode and devices.
 
 Each axis is varied alone around a base point (64 nodes, 500 jobs per episode, 256 episodes,
-first-fit); every point is one compiled rollout timed on its second run (jaxsched.benchmark).
+first-fit, one device, whole-loop kernels: ``devices.configure_cpu``); every point is one
+compiled rollout timed on its second run (jaxsched.benchmark).
 The device axis runs in subprocesses with ``--xla_force_host_platform_device_count`` (host
 devices share the same CPU cores, so on a 2-core machine more than 2 devices cannot help;
 on a multi-GPU host the same code splits episodes across GPUs).
@@ -29,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from jaxsched.benchmark import bench_jax, make_setup  # noqa: E402
+from jaxsched.devices import CORES_FLAG, configure_cpu  # noqa: E402
 
 BASE = {"nodes": 64, "jobs": 500, "batch": 256, "scheduler": "first-fit"}
 
@@ -44,7 +46,7 @@ def device_point(devices: int, batch: int) -> dict:
     """One sharded measurement in a fresh process with ``devices`` host devices."""
     code = ("import json, sys; sys.path.insert(0, 'scripts'); from scaling_study import point; "
             f"print(json.dumps(point({BASE['nodes']}, {BASE['jobs']}, {batch}, 'first-fit', shard=True)))")
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    env = dict(os.environ, XLA_FLAGS=f"{CORES_FLAG}={devices} {os.environ.get('XLA_FLAGS', '')}",
                JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           check=True, cwd=Path(__file__).resolve().parents[1])
@@ -56,6 +58,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="results/scaling")
     args = parser.parse_args(argv)
+    configure_cpu(every_core=False)  # one device here; the device axis sets its own count
     if args.quick:
         axes = {"batch": [1, 16, 256, 1024], "nodes": [32, 64, 128, 1213],
                 "jobs": [100, 500, 2000], "devices": [1, 2]}
