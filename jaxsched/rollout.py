@@ -67,9 +67,10 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     chunk = default_chunk() if chunk == -1 else chunk
     loop = _rollout_steps if turns is None else functools.partial(_rollout_turns, turns=turns)
     run = lambda j, k: loop(env, policy, policy_params, env_params, j, k, max_steps)  # noqa: E731
-    if chunk == 1:  # metrics as in the batched loops (vmapped): XLA may round a batched division otherwise
+    if chunk == 1:
         state = jax.lax.map(
             lambda c: _episode_alone(env, policy, policy_params, env_params, *c, max_steps), (jobs, keys))
+        # Metrics vmapped, as in the batched loops: XLA rounds some divisions differently unbatched.
         return state, jax.vmap(env.metrics, in_axes=(0, None))(state, env_params)
     if chunk is None or batch <= chunk:
         return run(jobs, keys)

@@ -22,7 +22,7 @@ each case covers a run of consecutive classes, so F_n after placing on GPU g is 
 differences of per-node prefix sums over the classes (the middle one linear in f), looked up
 at the number of classes below f - d and below f. The [M, N, G] work left is four cheap
 compare-and-sum passes (the node's per-class sums, and those two counts); scoring every
-(class, node, GPU) in full took a dozen. 76k -> 120k decisions/s (scripts/bench.py --quick,
+(class, node, GPU) in full took a dozen. ~77k -> ~120k decisions/s (scripts/bench.py --quick,
 1,024 episodes, one-kernel loops). Whole-GPU and CPU-only jobs leave no GPU partly used,
 so their [M, N] pass stays direct.
 """
@@ -91,13 +91,13 @@ def fgd_scores(obs, job):
         idle_after = idle - d
         keeps_room = fits_cpu_after & (enough >= c.num_gpu)  # the GPU still has room, or never had
         loses_room = fits_cpu_after & (enough - 1 >= c.num_gpu)
-        w = c.weight
+        w = c.weight  # int32 sums below wrap exactly, and the combination fits (MAX_FRAG_WEIGHT)
         still = _prefix_sums(w * jnp.where(keeps_room, too_small, idle_after))  # need <= f - d
         lost = _prefix_sums(w * jnp.where(loses_room, too_small - d, idle_after))  # f - d < need <= f,
         lost_f = _prefix_sums(w * loses_room)  # ... plus f times this
         small = _prefix_sums(w * jnp.where(keeps_room, too_small - d, idle_after))  # f < need
-        below_moved = (need[..., None] <= free - d).sum(0, dtype=jnp.int32)  # [N, G] classes
-        below_free = (need[..., None] <= free).sum(0, dtype=jnp.int32)
+        below_moved = (need[..., None] <= free - d).sum(0, dtype=jnp.int32)  # [N, G] classes with
+        below_free = (need[..., None] <= free).sum(0, dtype=jnp.int32)  # gpu_milli <= f - d, <= f
         base = (jnp.arange(free.shape[0], dtype=jnp.int32) * (num_classes + 1))[:, None]
         at = lambda sums, i: sums.reshape(-1)[base + i]  # noqa: E731 - [N, G] lookups
         after = (at(still, below_moved) + at(lost, below_free) - at(lost, below_moved)

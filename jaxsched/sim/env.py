@@ -510,8 +510,8 @@ class ClusterEnv:
 
     def _queue_remove(self, core: Core, jobs: Jobs, cluster, slot, active):
         """Remove queue position ``slot`` (< K) when ``active``; the others keep their order.
-        ``window_fit`` bits above the slot move down with their jobs; the job that enters the
-        last window slot gets its bit on every node (N fit tests)."""
+        The ``window_fit`` bits of later slots shift one slot earlier with their jobs; the job
+        that enters the last window slot gets its bit on every node (N fit tests)."""
         i = jnp.arange(core.queue.shape[0])
         shift = active & (i >= slot)
         last = i == core.queue.shape[0] - 1
@@ -530,7 +530,7 @@ class ClusterEnv:
 
         FIFO keys grow with every arrival, so FIFO appends in O(1); other orders shift O(Q).
         If ``j`` enters the window it gets its ``window_fit`` bit on every node (N fit tests)
-        and the bits after it move up with their jobs.
+        and the bits of later slots shift one slot later (the last one leaves the window).
         """
         pos = self._queue_position(core, key)
         if self.config.queue_order == "fifo":

@@ -37,10 +37,10 @@ def sum_last(x):
     """Sum over a short last axis (a node's GPUs, at most 8) as elementwise adds of its slices.
 
     In a loop compiled into one kernel (``devices.py``), XLA:CPU vectorises these adds over
-    the leading axes better than a reduction over a minor axis of 8 in one place measured so
-    far: the per-class sums of ``frag.class_frag`` ([M, G] per event), where first-fit went
-    from ~1.01M to ~1.15M decisions/s (64 nodes, A/B runs). The FGD policy's [M, N, G] sums
-    and the env's [N, G] idle total were slower this way and keep ``sum``. Exact for integers.
+    the leading axes, and a reduction over a minor axis of 8 less well. Measured where it is
+    used, the per-class sums of ``frag.class_frag`` ([M, G] per event): first-fit ~1.01M ->
+    ~1.15M decisions/s (64 nodes, A/B runs). Tried in the FGD policy's [M, N, G] sums and the
+    env's [N, G] idle total, it was slower, so those keep ``sum``. Exact for integers.
     """
     total = x[..., 0]
     for i in range(1, x.shape[-1]):
