@@ -127,7 +127,7 @@ def compare_schedules(base, params, jobs, keys) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", action="store_true", help="count event-loop turns instead of timing")
-    parser.add_argument("--schedules", action="store_true", help="stepping vs turn by turn")
+    parser.add_argument("--schedules", action="store_true", help="each episode alone vs vmapped stepping vs turn by turn")
     args = parser.parse_args(argv)
     if not args.turns:
         configure_cpu()  # before JAX starts its backend (make_setup below)

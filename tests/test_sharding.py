@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxsched.devices import LOOP_BYTES, LOOP_OPTION
-
 SCRIPT = textwrap.dedent("""
     import json, sys
+    from jaxsched import devices
+    if "whole-loop" in sys.argv:
+        devices.configure_cpu()  # as the CLIs do; keeps the device count set below
     import jax, numpy as np
     from jaxsched import cluster as cl
     from jaxsched.policies import get
@@ -57,11 +58,10 @@ SCRIPT = textwrap.dedent("""
 
 
 def run(devices: int, whole_loop: bool = False) -> dict:
-    flags = f"--xla_force_host_platform_device_count={devices}"
-    if whole_loop:
-        flags += f" --xla_backend_extra_options={LOOP_OPTION}={LOOP_BYTES}"
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               JAX_PLATFORMS="cpu")
+    argv = ["whole-loop"] if whole_loop else []
+    done = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parents[1], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
