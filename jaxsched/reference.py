@@ -42,7 +42,11 @@ class RefConfig:
 
     mode: str = "dynamic"  # "dynamic" | "static"
     window: int = 8  # K: queued jobs shown to the policy
-    queue_capacity: int = 256  # Q
+    backfill: bool = True  # the window: the first K queued jobs that fit some node (else the first K)
+    reserve_after_s: float = 3600.0  # the starvation guard (+inf: none; see _reserve)
+    warmup_jobs: int = 0  # the measured jobs: warmup_jobs .. warmup_jobs + measured_jobs - 1
+    measured_jobs: int = 0  # (0: to the last job)
+    queue_capacity: int = 1024  # Q
     running_capacity: int = 1024  # R (dynamic mode only, see ReferenceSim)
     queue_order: str = "fifo"  # "fifo" | "sjf" | "edf"
     gpu_rule: str = "best-fit"  # "best-fit" | "first-fit" | "fgd" | "buddy" (see _choose_gpus)
@@ -224,6 +228,21 @@ class ReferenceSim:
 
         self.t0_s = self.jobs[0].arrival_s if self.J_valid > 0 else np.float32(0.0)
         self.time_s = np.float32(self.t0_s)
+        # The measured jobs and the measurement interval [measure_from_s, measure_to_s].
+        self.measure_first = config.warmup_jobs
+        last = self.J_valid - 1
+        if config.measured_jobs:
+            last = min(last, config.warmup_jobs + config.measured_jobs - 1)
+        if self.measure_first <= last:
+            self.measure_last = last
+            self.measure_from_s = self.jobs[self.measure_first].arrival_s
+            self.measure_to_s = self.jobs[last].arrival_s
+        else:  # no measured job: an empty interval, and the episode runs to its end
+            self.measure_last = int(np.iinfo(np.int32).max)
+            self.measure_from_s = self.measure_to_s = np.float32(self.t0_s)
+        self.measure_open = 0  # measured jobs queued or running
+        self.resv_job = -1  # the job holding the reservation, and its node (-1: none)
+        self.resv_node = -1
         self.next_arrival = 0  # p: jobs < p have arrived
         self.queue: list[int] = []  # job indices, sorted by (key, index)
         self.queue_keys: list = []  # the discipline's key of each queued job, same order
@@ -247,10 +266,17 @@ class ReferenceSim:
         self.running_full = False
         self.migrations = 0
         self.migration_gpu_s = 0.0
-        # Time integrals over [t0, t) in float64: allocated milli * s, F * s, idle milli * s.
+        self.reservations = 0
+        # Time integrals over the measurement interval, in float64: allocated milli * s,
+        # allocated milli * speed * s, F * s, jobs in the system * s, queued jobs * s, and
+        # (queued + dropped so far) * s over the interval's first and last quarter.
         self.alloc_milli_s = 0.0
+        self.work_milli_s = 0.0
         self.frag_milli_s = 0.0
-        self.idle_milli_s = 0.0
+        self.jobs_s = 0.0
+        self.queue_s = 0.0
+        self.backlog_first_s = 0.0
+        self.backlog_last_s = 0.0
 
         self._advance()
 
@@ -306,13 +332,8 @@ class ReferenceSim:
 
     def _release(self, j: int) -> None:
         # Completion gives back exactly what placement took.
-        job, n = self.jobs[j], self.node[j]
-        for g in range(self.G):
-            if self.gpu_bits[j] >> g & 1:
-                self.free_milli[n][g] += job.gpu_milli
-        self.free_cpu[n] += job.cpu_milli
-        self.free_mem[n] += job.mem_mib
-        self.frag_node[n] = self._node_frag(n)
+        self._give_back(j)
+        self.frag_node[self.node[j]] = self._node_frag(self.node[j])
 
     def allocated_milli(self) -> int:
         """GPU milli held by jobs right now, over the whole cluster."""
@@ -328,9 +349,26 @@ class ReferenceSim:
 
     # ------------------------------------------------------------------ observation
 
+    def _may_use(self, j: int, n: int) -> bool:
+        """Job j fits node n now and the reservation allows it there."""
+        closed = self.resv_job >= 0 and n == self.resv_node and j != self.resv_job
+        return not closed and self._fits(j, n)
+
+    def _fits_somewhere(self, j: int) -> bool:
+        return any(self._may_use(j, n) for n in range(self.N))
+
     def window(self) -> list[int]:
-        """Job indices in the window slots (the first min(K, len(queue)) queued jobs)."""
-        return self.queue[: self.K]
+        """Job indices in the window slots: the first K queued jobs that fit some node now
+        (backfill), or simply the first K (strict, and static mode)."""
+        if self.config.mode == "static" or not self.config.backfill:
+            return self.queue[: self.K]
+        out = []
+        for j in self.queue:
+            if len(out) == self.K:
+                break
+            if self._fits_somewhere(j):
+                out.append(j)
+        return out
 
     def _running_has_room(self) -> bool:
         # Static mode has no running-set bound (see the class docstring).
@@ -343,7 +381,7 @@ class ReferenceSim:
             return mask
         for k, j in enumerate(self.window()):
             for n in range(self.N):
-                mask[k, n] = self._fits(j, n)
+                mask[k, n] = self._may_use(j, n)
         return mask
 
     def _is_decision_point(self) -> bool:
@@ -389,9 +427,9 @@ class ReferenceSim:
             return  # an illegal action with no legal wait changes nothing
         K, N = self.K, self.N
         if action < K * N:
-            self._place(self.queue[action // N], action % N)
+            self._place(self.window()[action // N], action % N)
         elif action < K * N + K:
-            self._reject(self.queue[action - K * N])
+            self._reject(self.window()[action - K * N])
         else:
             self._wait()
             return
@@ -413,6 +451,7 @@ class ReferenceSim:
             self.end_s[j] = np.float32(self.time_s + job.work_s)
         self._remove_from_queue(j)
         self.placed += 1
+        self._end_reservation(j)
         if self.config.mode == "dynamic":
             heapq.heappush(self.running, (self.end_s[j], j))
             if len(self.running) == self.config.running_capacity:
@@ -421,7 +460,14 @@ class ReferenceSim:
     def _reject(self, j: int) -> None:
         self._remove_from_queue(j)
         self.outcome[j] = OUTCOME_REJECTED
+        self.end_s[j] = self.time_s  # when it left the system
         self.rejected += 1
+        self.measure_open -= self._measured(j)
+        self._end_reservation(j)
+
+    def _end_reservation(self, j: int) -> None:
+        if j == self.resv_job:
+            self.resv_job = self.resv_node = -1
 
     def _remove_from_queue(self, j: int) -> None:
         i = self.queue.index(j)
@@ -452,12 +498,24 @@ class ReferenceSim:
         return np.float32(t_next)
 
     def _move_clock(self, t_next: np.float32) -> None:
-        """Accumulate the time integrals over [t, t_next) and set t = t_next."""
-        dt_s = float(t_next) - float(self.time_s)
-        idle = self.idle_milli()
-        self.alloc_milli_s += (self.cluster_milli - idle) * dt_s
-        self.idle_milli_s += idle * dt_s
+        """Accumulate the time integrals over [t, t_next) within the measurement interval
+        and set t = t_next."""
+        lo, hi = float(self.measure_from_s), float(self.measure_to_s)
+        quarter = (hi - lo) / 4
+
+        def within(a, b):  # length of [t, t_next) inside [a, b]
+            return min(max(float(t_next), a), b) - min(max(float(self.time_s), a), b)
+
+        dt_s = within(lo, hi)
+        used = [GPU_MILLI * len(self.gpus_of[n]) - sum(self._free_gpus(n)) for n in range(self.N)]
+        self.alloc_milli_s += sum(used) * dt_s
+        self.work_milli_s += sum(u * float(self.speed[n]) for n, u in enumerate(used)) * dt_s
         self.frag_milli_s += self.cluster_frag() * dt_s
+        self.jobs_s += (len(self.queue) + len(self.running)) * dt_s
+        self.queue_s += len(self.queue) * dt_s
+        backlog = len(self.queue) + self.dropped_overflow
+        self.backlog_first_s += backlog * within(lo, lo + quarter)
+        self.backlog_last_s += backlog * within(hi - quarter, hi)
         self.time_s = np.float32(t_next)
 
     def _wait(self) -> None:
@@ -477,6 +535,10 @@ class ReferenceSim:
             no_event_left = not self.running and self.next_arrival >= self.J_valid
             if t_next > self.time_s or no_event_left:
                 # Every event at the current instant has been processed.
+                self._reserve()
+                if self._measured_jobs_left():
+                    self.done = True
+                    return
                 if self._is_decision_point():
                     return
                 if no_event_left:
@@ -487,10 +549,60 @@ class ReferenceSim:
             if self.running and self.running[0][0] <= self.time_s:
                 _, j = heapq.heappop(self.running)
                 self._release(j)
+                self.measure_open -= self._measured(j)
             elif self.next_arrival < self.J_valid and self.jobs[self.next_arrival].arrival_s <= self.time_s:
                 self._arrive_dynamic()
             else:
                 self._reschedule()
+
+    def _measured(self, j: int) -> bool:
+        return self.measure_first <= j <= self.measure_last
+
+    def _measured_jobs_left(self) -> bool:
+        """Every measured job has arrived and none is queued or running."""
+        return self.next_arrival > self.measure_last and self.measure_open == 0
+
+    def _reserve(self) -> None:
+        """The starvation guard (semantics.md, "Reservation"), at a boundary: without a
+        reservation, the oldest queued job that fits nowhere and lies ahead of the window's
+        last job (anywhere, if the window is not full) gets one once it has waited
+        reserve_after_s: the node where it fits first as the running jobs end."""
+        cfg = self.config
+        if not (cfg.backfill and math.isfinite(cfg.reserve_after_s)) or self.resv_job >= 0:
+            return
+        window = self.window()
+        ahead = self.queue if len(window) < self.K else self.queue[: self.queue.index(window[-1])]
+        parked = [j for j in ahead if j not in window]
+        if not parked:
+            return
+        j = min(parked)  # the oldest: jobs are indexed in arrival order
+        if not np.float32(self.time_s - self.jobs[j].arrival_s) >= np.float32(cfg.reserve_after_s):
+            return
+        # Release the running jobs in end order, all those with one end time together.
+        saved = ([list(row) for row in self.free_milli], list(self.free_cpu), list(self.free_mem))
+        node = -1
+        ends = sorted({end for end, _ in self.running})
+        for end in ends:
+            for e, jr in self.running:
+                if e == end:
+                    self._give_back(jr)
+            fitting = [n for n in range(self.N) if self._fits(j, n)]
+            if fitting:
+                node = min(fitting, key=lambda n: self.node_rank[n])
+                break
+        self.free_milli, self.free_cpu, self.free_mem = saved
+        if node >= 0:
+            self.resv_job, self.resv_node = j, node
+            self.reservations += 1
+
+    def _give_back(self, j: int) -> None:
+        """Running job j's resources back to its node (free lists only: a what-if)."""
+        job, n = self.jobs[j], self.node[j]
+        for g in range(self.G):
+            if self.gpu_bits[j] >> g & 1:
+                self.free_milli[n][g] += job.gpu_milli
+        self.free_cpu[n] += job.cpu_milli
+        self.free_mem[n] += job.mem_mib
 
     def _arrive_dynamic(self) -> None:
         j = self.next_arrival
@@ -506,6 +618,7 @@ class ReferenceSim:
         i = bisect.bisect_right(self.queue_keys, key)
         self.queue.insert(i, j)
         self.queue_keys.insert(i, key)
+        self.measure_open += self._measured(j)
 
     def _reschedule(self) -> None:
         """A rescheduling pass now (docs/schedulers.md): up to resched_max_moves moves."""
@@ -530,8 +643,8 @@ class ReferenceSim:
             s = self.node[j]
             if self.jobs[j].num_gpu == 0 or not self.gpus_of[s] or not np.float32(self._alloc840(s)) < limit:
                 continue
-            dests = [d for d in range(self.N) if d != s and self.gpus_of[d] and self._fits(j, d)
-                     and self._alloc840(d) > self._alloc840(s)]
+            dests = [d for d in range(self.N) if d != s and d != self.resv_node and self.gpus_of[d]
+                     and self._fits(j, d) and self._alloc840(d) > self._alloc840(s)]
             if dests:
                 moves.append((self._alloc840(s), -np.float32(end - t), j, s, dests))
         if not moves:
@@ -581,12 +694,16 @@ class ReferenceSim:
         start_s = np.array(self.start_s, np.float32)
         end_s = np.array(self.end_s, np.float32)
         arrival_s = np.array([job.arrival_s for job in self.jobs], np.float32)
-        placed = np.array(self.outcome) == OUTCOME_PLACED
+        outcome = np.array(self.outcome)
+        placed = outcome == OUTCOME_PLACED
         if static:
             finished_mask = placed  # placed jobs count as finished; they never end
         else:
             finished_mask = placed & (end_s <= t_end)
         finished = int(finished_mask.sum())
+        index = np.arange(self.J)
+        measured = (index < self.J_valid) & (index >= self.measure_first) & (index <= self.measure_last)
+        left = measured & (finished_mask | ((outcome == OUTCOME_REJECTED) & (end_s <= t_end)))
 
         metrics = {
             "decisions": self.decisions,
@@ -600,11 +717,20 @@ class ReferenceSim:
             "unfinished": self.J_valid - finished - self.rejected - self.failed - self.dropped_overflow,
             "running_full": int(self.running_full),
             "done": int(self.done),
+            "measured_jobs": int(measured.sum()),
+            "measured_finished": int((measured & finished_mask).sum()),
+            "started_after_arrivals": int((measured & np.isfinite(start_s) & (start_s > (
+                arrival_s[self.J_valid - 1] if self.J_valid else np.inf))).sum()),
+            "reservations": self.reservations,
             "migrations": self.migrations,
         }
         metrics["migration_gpu_s"] = self.migration_gpu_s
-        metrics.update(self._job_metrics(arrival_s, start_s, end_s, finished_mask, static))
-        metrics.update(self._resource_metrics(t_end, static))
+        metrics.update(self._job_metrics(arrival_s, start_s, end_s, finished_mask & measured, static))
+        jct = lambda mask: float((end_s[mask] - arrival_s[mask]).astype(np.float64).mean()) if mask.any() else 0.0  # noqa: E731
+        metrics["time_in_system_mean"] = 0.0 if static else jct(left)
+        metrics["episode_jct_mean"] = 0.0 if static else jct(finished_mask)
+        metrics.update(self._episode_metrics(end_s, finished_mask, static))
+        metrics.update(self._resource_metrics(int(measured.sum()), static))
         return {
             "outcome": np.array(self.outcome, np.int32),
             "node": np.array(self.node, np.int32),
@@ -614,17 +740,17 @@ class ReferenceSim:
             "metrics": metrics,
         }
 
-    def _job_metrics(self, arrival_s, start_s, end_s, finished_mask, static: bool) -> dict:
+    def _job_metrics(self, arrival_s, start_s, end_s, mask, static: bool) -> dict:
+        """Statistics over the jobs of ``mask`` (the measured jobs that finished)."""
         names = ("jct_mean", "jct_p50", "jct_p95", "jct_p99", "queue_delay_mean",
-                 "queue_delay_p95", "slowdown_mean", "makespan_s", "throughput_per_h")
-        if static or not finished_mask.any():
+                 "queue_delay_p95", "slowdown_mean")
+        if static or not mask.any():
             return dict.fromkeys(names, 0.0)
         # Differences in float32 like the per-job arrays; statistics in float64.
-        jct_s = (end_s[finished_mask] - arrival_s[finished_mask]).astype(np.float64)
-        delay_s = (start_s[finished_mask] - arrival_s[finished_mask]).astype(np.float64)
-        run_s = (end_s[finished_mask] - start_s[finished_mask]).astype(np.float64)
+        jct_s = (end_s[mask] - arrival_s[mask]).astype(np.float64)
+        delay_s = (start_s[mask] - arrival_s[mask]).astype(np.float64)
+        run_s = (end_s[mask] - start_s[mask]).astype(np.float64)
         slowdown = np.maximum(jct_s / np.maximum(run_s, 10.0), 1.0)
-        makespan_s = float(np.float32(end_s[finished_mask].max() - self.t0_s))
         return {
             "jct_mean": float(jct_s.mean()),
             "jct_p50": float(np.percentile(jct_s, 50)),
@@ -633,29 +759,47 @@ class ReferenceSim:
             "queue_delay_mean": float(delay_s.mean()),
             "queue_delay_p95": float(np.percentile(delay_s, 95)),
             "slowdown_mean": float(slowdown.mean()),
-            "makespan_s": makespan_s,
-            "throughput_per_h": float(finished_mask.sum() / (makespan_s / 3600.0)) if makespan_s > 0 else 0.0,
         }
 
-    def _resource_metrics(self, t_end, static: bool) -> dict:
+    def _episode_metrics(self, end_s, finished_mask, static: bool) -> dict:
+        """makespan_s and throughput_per_h, over every finished job of the episode."""
+        if static or not finished_mask.any():
+            return {"makespan_s": 0.0, "throughput_per_h": 0.0}
+        makespan_s = float(np.float32(end_s[finished_mask].max() - self.t0_s))
+        return {"makespan_s": makespan_s,
+                "throughput_per_h": float(finished_mask.sum() / (makespan_s / 3600.0)) if makespan_s > 0 else 0.0}
+
+    def _resource_metrics(self, num_measured: int, static: bool) -> dict:
         def ratio(num, den):
             return float(num / den) if den > 0 else 0.0
 
+        cap_work = sum(GPU_MILLI * len(self.gpus_of[n]) * float(self.speed[n]) for n in range(self.N))
         if static:
             # Snapshot at the end: the FGD paper's protocol has no time axis.
             frag = self.cluster_frag()
+            work = sum((GPU_MILLI * len(self.gpus_of[n]) - sum(self._free_gpus(n))) * float(self.speed[n])
+                       for n in range(self.N))
             out = {
                 "gpu_alloc": ratio(self.allocated_milli(), self.cluster_milli),
+                "work_alloc": ratio(work, cap_work),
                 "frag_amount": ratio(frag, self.cluster_milli),
                 "frag_rate": ratio(frag, self.idle_milli()),
+                "jobs_in_system": 0.0, "queue_len_mean": 0.0, "backlog_growth": 0.0,
+                "measure_span_s": 0.0,
             }
         else:
-            span_s = float(t_end) - float(self.t0_s)
+            span_s = max(float(self.measure_to_s) - float(self.measure_from_s), 0.0)
             milli_s = self.cluster_milli * span_s
             out = {
                 "gpu_alloc": ratio(self.alloc_milli_s, milli_s),
+                "work_alloc": ratio(self.work_milli_s, cap_work * span_s),
                 "frag_amount": ratio(self.frag_milli_s, milli_s),
-                "frag_rate": ratio(self.frag_milli_s, self.idle_milli_s),
+                "frag_rate": ratio(self.frag_milli_s, milli_s - self.alloc_milli_s),
+                "jobs_in_system": ratio(self.jobs_s, span_s),
+                "queue_len_mean": ratio(self.queue_s, span_s),
+                "backlog_growth": ratio(self.backlog_last_s - self.backlog_first_s,
+                                        span_s / 4 * num_measured),
+                "measure_span_s": span_s,
             }
         if not self.config.track_frag:
             out.update(frag_amount=math.nan, frag_rate=math.nan)

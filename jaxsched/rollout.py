@@ -81,6 +81,24 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     return jax.tree.map(lambda x: x.reshape(padded, *x.shape[2:])[:batch], out)
 
 
+def warm_up(env: ClusterEnv, policy: Callable, env_params: EnvParams, state, obs, key):
+    """One episode from ``state`` stepped by ``policy`` (a heuristic: no params) until its
+    measurement interval begins (the first measured job has arrived) or it ends ->
+    (state, obs). Decision t uses ``fold_in(key, t)``. For a learner trained on a loaded
+    cluster: its episodes start where the warm-up leaves them (``train.warmup_scheduler``)."""
+    def warming(carry):
+        state = carry[0]
+        return (state.core.time_s < state.core.measure_from_s) & ~state.core.done
+
+    def body(carry):
+        state, obs, t = carry
+        state, obs = _decide_and_step(env, policy, None, env_params, key, state, obs, t)
+        return state, obs, t + 1
+
+    state, obs, _ = jax.lax.while_loop(warming, body, (state, obs, jnp.int32(0)))
+    return state, obs
+
+
 def _decide_and_step(env, policy, policy_params, env_params, step_key, state, obs, t):
     """Decision t of one episode: the policy acts on ``obs`` and the env steps.
     The key schedule every loop shares: ``fold_in(step_key, t)`` split for policy and env."""
@@ -129,8 +147,8 @@ def _rollout_steps(env, policy, policy_params, env_params, jobs, keys, max_steps
 def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps, turns):
     """All episodes of the batch run together (vmap), turn by turn, until every one is done.
 
-    Each iteration, per episode (``ClusterEnv.cursor`` and friends): a rescheduling pass if
-    one is due; a decision if the episode is at a decision point below the step cap; then
+    Each iteration, per episode (``ClusterEnv.cursor`` and friends): a rescheduling pass or a
+    reservation if one is due; a decision if the episode is at a decision point below the step cap; then
     ``turns`` masked event turns. Decision t of an episode uses ``fold_in(step_key, t)``,
     as in ``_rollout_steps``, so the episodes are the same.
     """
@@ -141,19 +159,19 @@ def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps
     def decide(key, cur):
         core = cur.state.core
         t = core.acc.decisions
-        go = cur.stop & ~core.done & ~core.resched_due & (t < max_steps)
+        go = cur.stop & ~core.done & ~env.interrupted(core) & (t < max_steps)
         k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
         action = policy(policy_params, env.observe(cur.state, env_params), k_policy)
         return env.turns(env.act_at(k_env, cur, action, env_params, go), env_params, turns)
 
     def finished(cur):
         core = cur.state.core
-        return core.done | (cur.stop & ~core.resched_due & (core.acc.decisions >= max_steps))
+        return core.done | (cur.stop & ~env.interrupted(core) & (core.acc.decisions >= max_steps))
 
     def body(cur):
-        if env.config.rescheduling:
-            cur = jax.lax.cond(cur.state.core.resched_due.any(),
-                               jax.vmap(env.run_due_pass, in_axes=(0, None)), lambda c, _: c,
+        if env.config.interrupts:
+            cur = jax.lax.cond(env.interrupted(cur.state.core).any(),
+                               jax.vmap(env.run_interrupt, in_axes=(0, None)), lambda c, _: c,
                                cur, env_params)
         return jax.vmap(decide)(step_keys, cur)
 

@@ -133,11 +133,22 @@ class Core:
     queue         [Q]     int32    queued job indices in queue order, -1 after the end
     queue_key     [Q]     float32  the discipline's sort key of each queued job (+inf after the end)
     queue_len     []      int32
-    window_fit    [N]     int32    bit k of node n: window slot k holds a job that fits node n
-                                   now (running capacity aside; K <= 31 bits). Kept exact per
-                                   event in O(K + N): a node's bits when its resources change,
-                                   a slot's bit on every node when a job enters or leaves the
-                                   window (``ClusterEnv._window_fit_mask`` unpacks [K, N])
+    win_job       [K]     int32    the window's jobs, slot by slot (-1: empty slot)
+    win_pos       [K]     int32    their queue positions (win_job[k] == queue[win_pos[k]]),
+                                   ascending; Q for empty slots
+    win_len       []      int32    jobs in the window
+    scan_pos      []      int32    queue positions < scan_pos have been examined: each such job
+                                   is in the window or *parked* (it fits no node now); later
+                                   ones have not been looked at. The window is full or
+                                   scan_pos == queue_len (docs/semantics.md, "The window")
+    window_fit    [N]     int32    bit k of node n: window slot k's job fits node n now (and
+                                   the reservation allows it; running capacity aside; K <= 31
+                                   bits). Kept exact per event: a node's bits when its
+                                   resources change, a slot's bits on every node when a job
+                                   enters or leaves the window (``ClusterEnv._window_fit_mask``
+                                   unpacks [K, N])
+    resv_job      []      int32    the queued job holding the reservation (-1: none)
+    resv_node     []      int32    the node reserved for it: closed to every other job (-1: none)
     run_job       [R]     int32    running jobs, a ring sorted by end time: run_job[run_head]
     run_end_s     [R]     float32  ends first; entries past num_running are -1 / +inf
     run_head      []      int32    ring position of the running job that ends first
@@ -147,6 +158,11 @@ class Core:
                                    ``EnvConfig.track_job_classes``; else a [1, 1] placeholder
     next_resched_s []     float32  time of the next rescheduling pass (+inf when off)
     resched_due   []      bool     the event loop stopped because a pass is due now
+    resv_due      []      bool     the event loop stopped because a reservation is due now
+    measure_from_s []     float32  the measurement interval [measure_from_s, measure_to_s]:
+    measure_to_s  []      float32  arrivals of the first and last measured job (semantics.md)
+    measure_last  []      int32    index of the last measured job
+    measure_open  []      int32    measured jobs that arrived and are queued or running
     acc           sim.metrics.Accumulators
     done          []      bool     the episode has ended
     """
@@ -162,7 +178,13 @@ class Core:
     queue: jax.Array
     queue_key: jax.Array
     queue_len: jax.Array
+    win_job: jax.Array
+    win_pos: jax.Array
+    win_len: jax.Array
+    scan_pos: jax.Array
     window_fit: jax.Array
+    resv_job: jax.Array
+    resv_node: jax.Array
     run_job: jax.Array
     run_end_s: jax.Array
     run_head: jax.Array
@@ -170,6 +192,11 @@ class Core:
     class_count: jax.Array
     next_resched_s: jax.Array
     resched_due: jax.Array
+    resv_due: jax.Array
+    measure_from_s: jax.Array
+    measure_to_s: jax.Array
+    measure_last: jax.Array
+    measure_open: jax.Array
     acc: "object"
     done: jax.Array
 
@@ -185,7 +212,8 @@ class SimState:
       node      [J] int32    node the job runs (ran) on, the last one if it migrated (-1 if never placed)
       gpu_bits  [J] int32    bit g set = the job holds GPU g of its node
       start_s   [J] float32  first start time (+inf if never started)
-      end_s     [J] float32  end time (+inf if never started, or in static mode)
+      end_s     [J] float32  end time (+inf if never started, or in static mode); for a
+                             rejected job, the time it was rejected (it left the system)
     jobs       Jobs          this episode's workload (read-only)
     unschedulable [J] bool   the job fits no node even of the empty cluster
     node_rank  [N] int32     per-episode tie-break rank (lower wins)
@@ -209,7 +237,8 @@ class Cursor:
 
     state     SimState
     stop      []  bool  no event turn is due: a decision point, the end, or (with
-                        ``state.core.resched_due``) a rescheduling pass to run first
+                        ``ClusterEnv.interrupted``) a rescheduling pass or a
+                        reservation to run first
     """
 
     state: SimState
@@ -234,6 +263,8 @@ class Observation:
     frag_classes FragClasses      FGD's target workload (what fgd scores against)
     node_classes [N]     int32    gpu-clustering classes on each node: bit 0 "share", bit k
                                   "k GPUs" (all 0 unless ``EnvConfig.track_job_classes``)
+    measure_from_s []    float32  start of the measurement interval (the first measured job's
+                                  arrival): before it the episode is warming up
     """
 
     window_job: jax.Array
@@ -257,6 +288,7 @@ class Observation:
     queue_len: jax.Array
     frag_classes: FragClasses
     node_classes: jax.Array
+    measure_from_s: jax.Array
 
 
 def jobs_from_numpy(

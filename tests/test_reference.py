@@ -76,18 +76,45 @@ def test_end_time_is_float32_start_plus_work_over_speed():
 
 
 def test_time_weighted_alloc_and_fragmentation_by_hand():
-    # One 1-GPU node, two half-GPU jobs; FGD class: one GPU at 600 milli.
+    # One 1-GPU node, two half-GPU jobs and a CPU-only one at 150 s (the last arrival ends
+    # the measurement interval [0, 150]); FGD class: one GPU at 600 milli.
     #   [0, 50):    free [500] -> class can't fit, F = 500, idle 500, alloc 500
     #   [50, 100):  free [0]   -> F = 0, idle 0, alloc 1000
     #   [100, 150): free [500] -> F = 500, idle 500, alloc 500
     # span 150 s, cluster 1000 milli.
     cluster = make_cluster(("V100", 1, 32000, 65536))
-    jobs = make_jobs([gpu_job(0, 100, gpu_milli=500), gpu_job(50, 100, gpu_milli=500)])
+    jobs = make_jobs([gpu_job(0, 100, gpu_milli=500), gpu_job(50, 100, gpu_milli=500),
+                      (150, 1, 0, 0, 1000, 1024)])
     out = run(cluster, jobs, frag_classes((0, 600, 1, 1)), RefConfig(), "first-fit")
     m = out["metrics"]
+    assert m["measure_span_s"] == 150
     assert m["gpu_alloc"] == pytest.approx(100000 / 150000)
+    assert m["work_alloc"] == pytest.approx(100000 / 150000)  # speed 1.0: the same
     assert m["frag_amount"] == pytest.approx(50000 / 150000)
     assert m["frag_rate"] == pytest.approx(1.0)
+    # Jobs in the system: 1 on [0, 50), 2 on [50, 100), 1 on [100, 150).
+    assert m["jobs_in_system"] == pytest.approx(200 / 150)
+
+
+def test_measured_jobs_and_interval_by_hand():
+    # One 1-GPU node, FIFO; jobs 1 and 2 are measured (warm-up 1, measured 2), so the
+    # interval is [10, 20] (their arrivals):
+    #   j0: 0-100, j1: arrives 10, runs 100-150, j2: arrives 20, runs 150-180; j3 at 200.
+    # Over [10, 20): j0 runs, j1 waits -> 2 jobs in the system, 1 queued, GPU busy.
+    # Once j2 has finished (180 s) every measured job has left: the episode ends before j3.
+    cluster = make_cluster(("V100", 1, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 100), gpu_job(10, 50), gpu_job(20, 30), gpu_job(200, 10)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(warmup_jobs=1, measured_jobs=2), "first-fit")
+    m = out["metrics"]
+    assert m["done"] == 1 and m["measured_jobs"] == 2 and m["measured_finished"] == 2
+    assert m["finished"] == 3 and m["unfinished"] == 1  # j3 never arrived
+    assert m["jct_mean"] == pytest.approx((140 + 160) / 2)
+    assert m["queue_delay_mean"] == pytest.approx((90 + 130) / 2)
+    assert m["time_in_system_mean"] == pytest.approx(150)
+    assert m["episode_jct_mean"] == pytest.approx((100 + 140 + 160) / 3)
+    assert m["measure_span_s"] == 10 and m["gpu_alloc"] == pytest.approx(1.0)
+    assert m["jobs_in_system"] == pytest.approx(2.0) and m["queue_len_mean"] == pytest.approx(1.0)
+    assert m["backlog_growth"] == 0.0 and m["started_after_arrivals"] == 0
 
 
 def test_completion_frees_resources_for_a_waiting_job_at_that_instant():
@@ -317,16 +344,41 @@ def test_best_fit_breaks_ties_by_node_rank():
     assert ranked["node"][0] == 1
 
 
-def test_heuristics_backfill_within_the_window():
+def test_window_skips_jobs_that_fit_nowhere_and_the_strict_window_does_not():
     # At t=1 the queue is [j1 (2 GPUs, can't fit: one GPU busy), j2 (1 GPU, fits)].
     cluster = make_cluster(("V100", 2, 32000, 65536))
     jobs = make_jobs([gpu_job(0, 100), gpu_job(1, 10, num_gpu=2), gpu_job(1, 10)])
     sim = ReferenceSim(cluster, jobs, ONE_GPU_CLASS, RefConfig(window=4))
     sim.step(heuristic_action(sim, "first-fit"))  # j0 at t=0
-    assert sim.time_s == 1 and sim.window() == [1, 2]
-    mask = sim.place_mask()
+    assert sim.time_s == 1 and sim.queue == [1, 2] and sim.window() == [2]
+    assert heuristic_action(sim, "best-fit") == 0 * sim.N + 0
+    # The strict head-of-queue window shows j1 too; heuristics backfill within it.
+    strict = ReferenceSim(cluster, jobs, ONE_GPU_CLASS, RefConfig(window=4, backfill=False))
+    strict.step(heuristic_action(strict, "first-fit"))
+    assert strict.window() == [1, 2]
+    mask = strict.place_mask()
     assert not mask[0].any() and mask[1, 0]
-    assert heuristic_action(sim, "best-fit") == 1 * sim.N + 0
+    assert heuristic_action(strict, "best-fit") == 1 * strict.N + 0
+
+
+def test_a_starving_job_reserves_the_node_it_fits_first():
+    # Two 2-GPU nodes: n0 busy until 100 (one GPU) and 110 (the other), n1 one GPU until 300.
+    # j3 needs a whole node from t=5, and 1-GPU jobs (25 s) arrive every 10 s from t=10.
+    # Greedy backfilling (no reservation) lets them take every GPU that frees, so j3 waits
+    # until they stop (325 s). With reserve_after_s = 50, j3 reserves n0 at 55 s (the node
+    # it fits first, at 110) and nothing else starts there until j3 does, at 110.
+    cluster = make_cluster(("V100", 2, 32000, 65536), ("V100", 2, 32000, 65536))
+    rows = [gpu_job(0, 100), gpu_job(0, 110), gpu_job(0, 300), gpu_job(5, 10, num_gpu=2)]
+    rows += [gpu_job(10 + 10 * i, 25) for i in range(30)]
+    jobs = make_jobs(rows)
+    greedy = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(reserve_after_s=np.inf), "first-fit")
+    guarded = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(reserve_after_s=50.0), "first-fit")
+    assert greedy["metrics"]["reservations"] == 0 and greedy["start_s"][3] == 325
+    assert guarded["metrics"]["reservations"] >= 1
+    assert guarded["start_s"][3] == 110 and guarded["node"][3] == 0
+    small = np.arange(len(rows)) >= 4
+    on_n0 = small & (guarded["node"] == 0) & (guarded["start_s"] >= 55) & (guarded["start_s"] <= 110)
+    assert not on_n0.any() and (small & (greedy["node"] == 0) & (greedy["start_s"] == 100)).any()
 
 
 # ---------------------------------------------------------------- the other registry heuristics
@@ -502,7 +554,7 @@ def test_hops_serves_the_largest_latency_ratio_first():
 
 def test_padding_nodes_and_jobs_are_ignored():
     cluster = make_cluster(("V100", 1, 32000, 65536), pad_nodes=3)
-    jobs = make_jobs([gpu_job(0, 10), gpu_job(0, 10)], pad_to=5)
+    jobs = make_jobs([gpu_job(0, 10), gpu_job(10, 10)], pad_to=5)
     out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(), "best-fit")
     assert out["node"].tolist() == [0, 0, -1, -1, -1]
     m = out["metrics"]

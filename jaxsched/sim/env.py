@@ -34,6 +34,8 @@ MODES = ("dynamic", "static")
 QUEUE_ORDERS = ("fifo", "sjf", "edf")
 TIE_BREAKS = ("permutation", "identity")
 REWARDS = ("in_system", "placed_jct")
+DEFAULT_RESERVE_AFTER_S = 3600.0
+WINDOW_FIELDS = ("win_job", "win_pos", "win_len", "scan_pos", "window_fit")  # what the window loops change
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,20 @@ class EnvConfig:
     mode: "dynamic" (jobs run and leave; queueing) or "static" (FGD protocol: no departures,
       jobs arrive one by one, a job that fits nowhere fails).
     window: K, queued jobs shown to the policy.
+    backfill: the window shows the first K queued jobs (in queue order) that fit some node
+      now (default): a job that fits nowhere never hides the jobs behind it, and a policy
+      that always takes slot 0 backfills greedily over the whole queue, as the Alibaba PAI
+      simulator's FIFO and SJF do. False: the first K queued jobs, fitting or not (the
+      strict head-of-queue window).
+    reserve_after_s: the starvation guard (backfill only; +inf = off, pure greedy
+      backfilling). When the oldest queued job that fits nowhere has waited this long, it
+      reserves the node where it can start soonest, and no other job may be placed on that
+      node until it leaves the queue (docs/semantics.md, "Reservation").
+    warmup_jobs, measured_jobs: the measurement window. Jobs warmup_jobs ..
+      warmup_jobs + measured_jobs - 1 (measured_jobs 0: to the last job) are measured: job
+      metrics are theirs, time-weighted ones cover [arrival of the first, arrival of the
+      last], and the episode ends once every measured job has finished, failed, been
+      rejected or dropped. Dynamic mode only; 0 and 0 measure the whole episode.
     queue_capacity: Q, queued jobs held; an arrival beyond it is dropped and counted.
     running_capacity: R, jobs running at once; while full no job can be placed (flagged).
     queue_order: "fifo" (arrival), "sjf" (least work first) or "edf" (earliest deadline).
@@ -80,7 +96,11 @@ class EnvConfig:
 
     mode: str = "dynamic"
     window: int = 8
-    queue_capacity: int = 256
+    backfill: bool = True
+    reserve_after_s: float = DEFAULT_RESERVE_AFTER_S
+    warmup_jobs: int = 0
+    measured_jobs: int = 0
+    queue_capacity: int = 1024
     running_capacity: int = 1024
     queue_order: str = "fifo"
     gpu_rule: str = "best-fit"
@@ -111,6 +131,16 @@ class EnvConfig:
             bad("window", "must be <= 31 (the window's fit is kept as one int32 bit per slot)")
         if self.queue_capacity < self.window:
             bad("queue_capacity", f"must be >= window ({self.window})")
+        if not isinstance(self.backfill, bool):
+            bad("backfill", "must be true or false")
+        if not self.reserve_after_s >= 0:
+            bad("reserve_after_s", "must be a number >= 0 (+inf: no reservations)")
+        for field in ("warmup_jobs", "measured_jobs"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
+                bad(field, "must be an integer >= 0")
+        if self.static and (self.warmup_jobs or self.measured_jobs):
+            bad("warmup_jobs" if self.warmup_jobs else "measured_jobs",
+                "static mode measures the whole episode (the FGD protocol): leave it 0")
         if not self.reward_scale >= 0:
             bad("reward_scale", "must be >= 0")
         if not (self.reward_gpu_price >= 0 and np.isfinite(self.reward_gpu_price)):
@@ -135,6 +165,37 @@ class EnvConfig:
     @property
     def rescheduling(self) -> bool:
         return self.resched_interval_s > 0
+
+    @property
+    def interrupts(self) -> bool:
+        """The event loop can stop for a rescheduling pass or a reservation, which run
+        outside it (``ClusterEnv._advance``, ``run_interrupt``)."""
+        return self.rescheduling or self.reserving
+
+    @property
+    def reserving(self) -> bool:
+        """Reservations can happen: backfilling, a finite reserve_after_s, dynamic mode."""
+        return self.backfill and np.isfinite(self.reserve_after_s) and not self.static
+
+
+def _put(arr, i, x, active):
+    """``arr`` with entry i set to x when ``active`` (i clipped into range). A plain dynamic
+    update of one entry, so XLA updates the array in place: ``.at[i].set(x, mode="drop")``
+    fuses a select into the update and copies the whole array at every event."""
+    i = jnp.clip(i, 0, arr.shape[0] - 1)
+    return arr.at[i].set(jnp.where(active, x, arr[i]))
+
+
+def _shift_down(arr, lo, hi, fill):
+    """[Q] ``arr`` with entries lo+1 .. hi-1 moved to lo .. hi-2 and entry hi-1 set to
+    ``fill`` (nothing when hi <= lo): O(hi - lo), so a short queue costs little whatever Q."""
+    arr = jax.lax.fori_loop(lo, hi - 1, lambda i, a: a.at[i].set(a[i + 1]), arr)
+    return _put(arr, hi - 1, fill, hi > lo)
+
+
+def _shift_up(arr, lo, hi):
+    """[Q] ``arr`` with entries lo .. hi-1 moved to lo+1 .. hi (hi < Q): O(hi - lo)."""
+    return jax.lax.fori_loop(0, hi - lo, lambda n, a: a.at[hi - n].set(a[hi - n - 1]), arr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +237,8 @@ class ClusterEnv:
         else:
             node_rank = jnp.arange(cluster.num_nodes, dtype=jnp.int32)
         t0 = jnp.where(jobs.valid[0], jobs.arrival_s[0], 0.0).astype(jnp.float32)
+        measure_last, measure_from_s, measure_to_s = self._measurement(jobs, t0)
+        k = cfg.window
         core = Core(
             time_s=t0,
             next_arrival=jnp.int32(0),
@@ -188,7 +251,14 @@ class ClusterEnv:
             queue=jnp.full(q, -1, jnp.int32),
             queue_key=jnp.full(q, INF),
             queue_len=jnp.int32(0),
+            # Static mode: slot 0 is always queue position 0 (one job at a time).
+            win_job=jnp.full(k, -1, jnp.int32),
+            win_pos=jnp.full(k, q, jnp.int32),
+            win_len=jnp.int32(0),
+            scan_pos=jnp.int32(0),
             window_fit=jnp.zeros(cluster.num_nodes, jnp.int32),
+            resv_job=jnp.int32(-1),
+            resv_node=jnp.int32(-1),
             run_job=jnp.full(r, -1, jnp.int32),
             run_end_s=jnp.full(r, INF),
             run_head=jnp.int32(0),
@@ -196,6 +266,11 @@ class ClusterEnv:
             class_count=jnp.zeros(self._class_count_shape(cluster), jnp.int32),
             next_resched_s=t0 + jnp.float32(cfg.resched_interval_s) if cfg.rescheduling else INF,
             resched_due=jnp.bool_(False),
+            resv_due=jnp.bool_(False),
+            measure_from_s=measure_from_s,
+            measure_to_s=measure_to_s,
+            measure_last=measure_last,
+            measure_open=jnp.int32(0),
             acc=metrics.Accumulators.zeros(cluster.num_nodes),
             done=jnp.bool_(False),
         )
@@ -212,6 +287,24 @@ class ClusterEnv:
         )
         state = self._advance(state, params)
         return state, self.observe(state, params)
+
+    def _measurement(self, jobs: Jobs, t0):
+        """(index of the last measured job, the measurement interval's start and end).
+
+        The measured jobs are warmup_jobs .. the last one; the interval runs from the first's
+        arrival to the last's. Without measured jobs (warm-up past the end) the interval is
+        empty (both ends t0) and the last index is int32 max, so the episode runs to its
+        natural end."""
+        cfg = self.config
+        num_valid = jobs.valid.sum(dtype=jnp.int32)
+        first = jnp.int32(cfg.warmup_jobs)
+        last = num_valid - 1
+        if cfg.measured_jobs:
+            last = jnp.minimum(last, cfg.warmup_jobs + cfg.measured_jobs - 1)
+        some = first <= last
+        at = lambda i: jobs.arrival_s[jnp.clip(i, 0, jobs.num_jobs - 1)]  # noqa: E731
+        return (jnp.where(some, last, jnp.iinfo(jnp.int32).max), jnp.where(some, at(first), t0),
+                jnp.where(some, at(last), t0))
 
     # ----- step ----------------------------------------------------------------------------
     def step(self, key, state: SimState, action, params: EnvParams):
@@ -249,7 +342,7 @@ class ClusterEnv:
         j = jnp.maximum(window[slot], 0)
         legal_place = (is_place & ((core.window_fit[n] >> slot) & 1 == 1)
                        & self._has_room(core))  # = place_mask[slot, n]
-        legal_reject = is_reject & (slot < core.queue_len)
+        legal_reject = is_reject & (slot < core.win_len)
         future = self._future_event_exists(core, jobs)
         legal_wait = (action == k_max * n_nodes + k_max) & future
         legal = legal_place | legal_reject | legal_wait
@@ -278,7 +371,10 @@ class ClusterEnv:
             core = self._running_insert(core, j, end, place)
             core = core.replace(acc=core.acc.replace(running_full=core.acc.running_full | (
                 place & (core.num_running >= cfg.running_capacity))))
-        core = self._queue_remove(core, jobs, cluster, slot, place | reject)
+        core = self._leave_window(core, slot, place | reject)
+        core = core.replace(measure_open=core.measure_open - (reject & self._measured(core, j)))
+        core, reopened = self._end_reservation(core, jobs, cluster, j, place | reject)
+        core = self._resync(core, jobs, cluster, reopened)
         state = state.replace(
             outcome=state.outcome.at[j].set(jnp.where(
                 place, OUTCOME_PLACED, jnp.where(reject, OUTCOME_REJECTED, state.outcome[j]))),
@@ -286,7 +382,7 @@ class ClusterEnv:
             gpu_bits=state.gpu_bits.at[j].set(
                 jnp.where(place, resources.mask_to_bits(gpus), state.gpu_bits[j])),
             start_s=state.start_s.at[j].set(jnp.where(place, core.time_s, state.start_s[j])),
-            end_s=state.end_s.at[j].set(jnp.where(place, end, state.end_s[j])),
+            end_s=state.end_s.at[j].set(jnp.where(place, end, jnp.where(reject, core.time_s, state.end_s[j]))),
         )
 
         # Wait (or an illegal action while an event is pending): jump to the next event time.
@@ -325,8 +421,8 @@ class ClusterEnv:
         if self.config.static:
             core, stop = self._static_stop(state, state.core)
             return Cursor(state.replace(core=core), stop)
-        core, stop = self._check_stop(state, state.core)
-        return Cursor(state.replace(core=core), stop | core.resched_due)
+        core, stop = self._check_stop(state, state.core, params)
+        return Cursor(state.replace(core=core), stop | self.interrupted(core))
 
     def act_at(self, key, cur: Cursor, action, params: EnvParams, active) -> Cursor:
         """``act`` when ``active`` (the cursor must be at a decision point), then the new cursor."""
@@ -348,10 +444,11 @@ class ClusterEnv:
             return Cursor(state.replace(core=core), jnp.where(go, stop, cur.stop))
         return jax.lax.fori_loop(0, count, one, cur, unroll=True)
 
-    def run_due_pass(self, cur: Cursor, params: EnvParams) -> Cursor:
-        """The rescheduling pass when one is due (``resched_due``), then the new cursor."""
-        due = cur.state.core.resched_due
-        new = self.cursor(self._reschedule(cur.state, params, due), params)
+    def run_interrupt(self, cur: Cursor, params: EnvParams) -> Cursor:
+        """The rescheduling pass or reservation when one is due (``interrupted``), then the
+        new cursor."""
+        due = self.interrupted(cur.state.core)
+        new = self.cursor(self._run_interrupt(cur.state, params), params)
         return Cursor(new.state, jnp.where(due, new.stop, cur.stop))
 
     # ----- observation ---------------------------------------------------------------------
@@ -362,8 +459,9 @@ class ClusterEnv:
         occupied = window >= 0
         j = jnp.maximum(window, 0)
         pick = lambda x, fill=0: jnp.where(occupied, x[j], fill)  # noqa: E731
-        place_mask = self._window_fit_mask(core) & self._has_room(core)
-        wait_ok = jnp.bool_(False) if self.config.static else self._future_event_exists(core, jobs)
+        live = ~core.done  # an episode that ended early (measured jobs all gone) still has a queue
+        place_mask = self._window_fit_mask(core) & self._has_room(core) & live
+        wait_ok = jnp.bool_(False) if self.config.static else self._future_event_exists(core, jobs) & live
         return Observation(
             window_job=window,
             job_num_gpu=pick(jobs.num_gpu),
@@ -375,7 +473,7 @@ class ClusterEnv:
             job_wait_s=pick(core.time_s - jobs.arrival_s, 0.0),
             job_deadline_s=pick(jobs.deadline_s, INF),
             place_mask=place_mask,
-            action_mask=jnp.concatenate([place_mask.ravel(), occupied, wait_ok[None]]),
+            action_mask=jnp.concatenate([place_mask.ravel(), occupied & live, wait_ok[None]]),
             free_milli=core.free_milli,
             free_cpu=core.free_cpu,
             free_mem=core.free_mem,
@@ -386,17 +484,296 @@ class ClusterEnv:
             queue_len=core.queue_len,
             frag_classes=params.frag_classes,
             node_classes=self._node_classes(core, params.cluster),
+            measure_from_s=core.measure_from_s,
         )
 
     def metrics(self, state: SimState, params: EnvParams) -> dict:
         """Per-episode metrics (``sim.metrics.summarize``)."""
-        return metrics.summarize(state, params, self.config.static, self.config.track_frag)
+        cfg = self.config
+        return metrics.summarize(state, params, cfg.static, cfg.track_frag, cfg.warmup_jobs)
+
+    # ----- the window (docs/semantics.md, "The window") -------------------------------------
+    # The queue holds every queued job in queue order; the window is the first K of them
+    # that fit some node now (``backfill``), or the first K (strict). It is kept
+    # incrementally: queue positions < ``scan_pos`` have been examined, and each examined
+    # job is in the window or *parked* (it fits no node now). Resources that shrink can only
+    # push window jobs out (``_prune``); resources that grow on node n can only bring parked
+    # jobs back, and only through n (``_rescan``); the window then takes unexamined jobs
+    # until it is full (``_refill``). So a job that fits nowhere costs one fit test per
+    # completion on a node, not one per node and event, and none once it is behind K
+    # fitting jobs.
+    def _window(self, core: Core):
+        """[K] job indices of the window slots, -1 for empty slots."""
+        k = self.config.window
+        if self.config.static:  # one job at a time, at queue position 0
+            return jnp.where(jnp.arange(k) < core.queue_len, core.queue[:k], -1)
+        return core.win_job  # (not queue[win_pos]: reading the queue in every event makes
+        # XLA copy it before the arrival's in-place write, O(Q) per event)
+
+    def _closed(self, core: Core, j, n):
+        """Node(s) ``n`` are closed to job(s) ``j`` by the reservation (broadcasts)."""
+        if not self.config.reserving:
+            return jnp.zeros(jnp.broadcast_shapes(jnp.shape(j), jnp.shape(n)), bool)
+        return (core.resv_node >= 0) & (n == core.resv_node) & (j != core.resv_job)
+
+    def _fit_row(self, core: Core, jobs: Jobs, cluster, j):
+        """[N] bool: job j fits node n now and the reservation allows it there."""
+        return self._fits(core, jobs, cluster, j) & ~self._closed(core, j, jnp.arange(cluster.num_nodes))
+
+    def _admits(self, row):
+        """A job with fit ``row`` [N] belongs in the window: it fits somewhere (always, strict)."""
+        return row.any() if self.config.backfill else jnp.bool_(True)
+
+    def _column(self, core: Core, jobs: Jobs, cluster, n):
+        """int32 ``window_fit`` bits of node n: which window jobs fit it (and may use it)."""
+        window = self._window(core)
+        j = jnp.maximum(window, 0)
+        column = self._fits(core, jobs, cluster, j, n) & (window >= 0) & ~self._closed(core, window, n)
+        return resources.mask_to_bits(column)
+
+    def _win_insert(self, core: Core, s, pos, j, row, active):
+        """Put job j at queue position ``pos`` (fit ``row`` [N]) into window slot s < K when
+        ``active``; later slots move one on. A full window's last job leaves it, and from its
+        position on the queue counts as unexamined again."""
+        k = self.config.window
+        slots = jnp.arange(k)
+        insert = lambda arr, x: jnp.where(slots < s, arr, jnp.where(slots == s, x, jnp.roll(arr, 1)))  # noqa: E731
+        moved = insert(core.win_pos, pos)
+        bits, below = core.window_fit, (1 << s) - 1
+        bits = ((bits & below) | (row.astype(jnp.int32) << s) | ((bits & ~below) << 1)) & ((1 << k) - 1)
+        full = core.win_len >= k
+        return core.replace(
+            win_job=jnp.where(active, insert(core.win_job, j), core.win_job),
+            win_pos=jnp.where(active, moved, core.win_pos),
+            window_fit=jnp.where(active, bits, core.window_fit),
+            win_len=core.win_len + (active & ~full),
+            scan_pos=jnp.where(active & full, core.win_pos[k - 1], core.scan_pos))
+
+    def _win_remove(self, core: Core, s, active):
+        """Take window slot s out of the window when ``active``; later slots move one back."""
+        k, q = self.config.window, core.queue.shape[0]
+        slots = jnp.arange(k)
+        remove = lambda arr, last: jnp.where(slots < s, arr, jnp.where(slots == k - 1, last, jnp.roll(arr, -1)))  # noqa: E731
+        bits, below = core.window_fit, (1 << s) - 1
+        return core.replace(
+            win_job=jnp.where(active, remove(core.win_job, -1), core.win_job),
+            win_pos=jnp.where(active, remove(core.win_pos, q), core.win_pos),
+            window_fit=jnp.where(active, (bits & below) | ((bits >> 1) & ~below), bits),
+            win_len=core.win_len - active)
+
+    def _leave_window(self, core: Core, slot, active):
+        """Window slot ``slot``'s job leaves the queue (placed or rejected) when ``active``."""
+        pos = slot if self.config.static else core.win_pos[slot]
+        live = jnp.arange(self.config.window) < core.win_len
+        end = jnp.where(active, core.queue_len, pos)  # the jobs behind pos move one ahead
+        queue, key = _shift_down(core.queue, pos, end, -1), _shift_down(core.queue_key, pos, end, INF)
+        core = core.replace(
+            queue=queue, queue_key=key,
+            queue_len=core.queue_len - active,
+            win_pos=jnp.where(active & live & (core.win_pos > pos), core.win_pos - 1, core.win_pos),
+            scan_pos=core.scan_pos - (active & (pos < core.scan_pos)))
+        return self._win_remove(core, slot, active)
+
+    def _queue_insert(self, core: Core, jobs: Jobs, cluster, j, key, active):
+        """Insert job ``j`` after every queued job with sort key <= ``key`` when ``active``.
+
+        FIFO keys grow with every arrival, so FIFO appends in O(1); other orders shift O(Q).
+        The job is examined (N fit tests) when it lands among the examined positions or the
+        window has room: it joins the window if it fits somewhere, else it is parked.
+        """
+        k, q = self.config.window, core.queue.shape[0]
+        pos = self._queue_position(core, key)
+        if self.config.queue_order == "fifo":
+            core = core.replace(queue=_put(core.queue, pos, j, active),
+                                queue_key=_put(core.queue_key, pos, key, active),
+                                queue_len=core.queue_len + active)
+        else:
+            end = jnp.where(active, core.queue_len, pos)  # the jobs from pos on move one back
+            put = lambda arr, x: _put(_shift_up(arr, pos, end), pos, x, active)  # noqa: E731
+            core = core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
+                                queue_len=core.queue_len + active)
+            live = jnp.arange(k) < core.win_len
+            core = core.replace(win_pos=jnp.where(active & live & (core.win_pos >= pos),
+                                                  core.win_pos + 1, core.win_pos))
+        examine = active & ((pos < core.scan_pos) | (core.win_len < k))
+        core = core.replace(scan_pos=core.scan_pos + examine)
+        row = self._fit_row(core, jobs, cluster, j)
+        s = ((jnp.arange(k) < core.win_len) & (core.win_pos < pos)).sum(dtype=jnp.int32)
+        join = examine & self._admits(row)
+        # Fitting, but behind K window jobs: from here on the queue is unexamined.
+        core = core.replace(scan_pos=jnp.where(join & (s >= k), pos, core.scan_pos))
+        return self._win_insert(core, jnp.minimum(s, k - 1), pos, j, row, join & (s < k))
+
+    def _window_loop(self, core: Core, cond, body, extra=()):
+        """``lax.while_loop`` that carries only the window's fields (and ``extra``), every other
+        field of ``core`` read-only: a loop copies what it carries, and the queue is [Q].
+        cond(core, extra) -> bool; body(core, extra) -> (core, extra)."""
+        def unpack(carry):
+            fields, extra = carry
+            return core.replace(**dict(zip(WINDOW_FIELDS, fields))), extra
+
+        def pack(core, extra):
+            return tuple(getattr(core, f) for f in WINDOW_FIELDS), extra
+
+        fields, extra = jax.lax.while_loop(lambda c: cond(*unpack(c)), lambda c: pack(*body(*unpack(c))),
+                                           pack(core, extra))
+        return core.replace(**dict(zip(WINDOW_FIELDS, fields))), extra
+
+    def _prune(self, core: Core):
+        """Park every window job that fits no node any more (after resources shrank)."""
+        k = self.config.window
+
+        def unfit(core):  # bit s: window slot s holds a job that fits nowhere
+            fit_any = jax.lax.reduce(core.window_fit, np.int32(0), jax.lax.bitwise_or, (0,))
+            return ~fit_any & ((1 << core.win_len) - 1)
+
+        def park_first(core, extra):
+            bits = unfit(core)
+            first = jax.lax.population_count((bits & -bits) - 1)  # lowest set bit
+            return self._win_remove(core, jnp.minimum(first, k - 1), jnp.bool_(True)), extra
+
+        return self._window_loop(core, lambda c, _: unfit(c) != 0, park_first)[0]
+
+    def _rescan(self, core: Core, jobs: Jobs, cluster, n, active=True):
+        """Bring back, in queue order, the parked jobs that fit node n now (after node n
+        gained resources, when ``active``): one fit test on n per parked job, N for each one
+        that joins. Stops at the last parked job or once K window jobs are passed."""
+        k = self.config.window
+
+        def cond(core, at):
+            i, s = at
+            parked_left = (core.scan_pos - i) - (core.win_len - s)
+            return active & (i < core.scan_pos) & (s < k) & (parked_left > 0)
+
+        def body(core, at):
+            i, s = at
+            member = (s < core.win_len) & (core.win_pos[jnp.minimum(s, k - 1)] == i)
+            j = core.queue[i]
+            back = ~member & self._fits(core, jobs, cluster, j, n) & ~self._closed(core, j, n)
+            row = jax.lax.cond(back, lambda: self._fit_row(core, jobs, cluster, j),
+                               lambda: jnp.zeros(cluster.num_nodes, bool))
+            return self._win_insert(core, s, i, j, row, back), (i + 1, s + (member | back))
+
+        core, (i, s) = self._window_loop(core, cond, body, (jnp.int32(0), jnp.int32(0)))
+        # K window jobs passed: the parked jobs behind them were not tested on n, so from
+        # there on the queue counts as unexamined.
+        return core.replace(scan_pos=jnp.where(s >= k, jnp.minimum(core.scan_pos, i), core.scan_pos))
+
+    def _refill(self, core: Core, jobs: Jobs, cluster):
+        """Examine unexamined jobs in queue order until the window is full or none is left."""
+        def examine(core, extra):
+            pos = core.scan_pos
+            j = core.queue[pos]
+            row = self._fit_row(core, jobs, cluster, j)
+            core = core.replace(scan_pos=pos + 1)
+            return self._win_insert(core, core.win_len, pos, j, row, self._admits(row)), extra
+
+        return self._window_loop(
+            core, lambda c, _: (c.win_len < self.config.window) & (c.scan_pos < c.queue_len), examine)[0]
+
+    def _resync(self, core: Core, jobs: Jobs, cluster, gained=-1):
+        """Restore the window after resources changed: park what fits nowhere, bring back
+        what fits node ``gained`` (the one node whose resources grew; -1: none), fill up."""
+        if self.config.static:
+            return core
+        if self.config.backfill:
+            core = self._prune(core)
+            if not (isinstance(gained, int) and gained < 0):  # no node gained: nothing to bring back
+                core = self._rescan(core, jobs, cluster, jnp.maximum(gained, 0), gained >= 0)
+        return self._refill(core, jobs, cluster)
+
+    # ----- the reservation (docs/semantics.md, "Reservation") -------------------------------
+    def _reservation_due(self, state: SimState, core: Core, boundary):
+        """At a boundary, without a reservation: has the oldest parked job waited
+        ``reserve_after_s``? -> (due, that job). A few comparisons (FIFO): it runs at every
+        stop check, and the reservation itself is made outside the event loop (``_reserve``)."""
+        cfg, jobs = self.config, state.jobs
+        k, q = cfg.window, core.queue.shape[0]
+        slots = jnp.arange(k)
+        live = slots < core.win_len
+        # Parked jobs lie ahead of the window's last job (anywhere, when it is not full).
+        ahead = jnp.where(core.win_len >= k, core.win_pos[k - 1], core.queue_len)
+        if cfg.queue_order == "fifo":  # queue order is age: the first position not in the window
+            pos = (live & (core.win_pos == slots)).sum(dtype=jnp.int32)
+        else:
+            i = jnp.arange(q)
+            member = ((core.win_pos[None, :] == i[:, None]) & live[None, :]).any(-1)
+            parked = (i < ahead) & ~member
+            oldest = jnp.argmin(jnp.where(parked, core.queue, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
+            pos = jnp.where(parked.any(), oldest, q)
+        j = jnp.maximum(core.queue[jnp.minimum(pos, q - 1)], 0)
+        due = (boundary & (core.resv_job < 0) & (pos < ahead)
+               & (core.time_s - jobs.arrival_s[j] >= jnp.float32(cfg.reserve_after_s)))
+        return due, j
+
+    def _reserve(self, state: SimState, params: EnvParams, active=True) -> SimState:
+        """Make the reservation that stopped the event loop (``core.resv_due``, when
+        ``active``): the oldest parked job gets the node where it can start soonest, and that
+        node closes to every other job."""
+        jobs, cluster, core = state.jobs, params.cluster, state.core
+        due, j = self._reservation_due(state, core, active & core.resv_due)
+        node = self._soonest_node(state, core, params, j, due)
+        made = node >= 0
+        core = core.replace(resv_job=jnp.where(made, j, core.resv_job),
+                            resv_node=jnp.where(made, node, core.resv_node),
+                            resv_due=core.resv_due & ~active,
+                            acc=core.acc.replace(reservations=core.acc.reservations + made))
+        r = jnp.maximum(node, 0)
+        core = core.replace(window_fit=core.window_fit.at[r].set(
+            jnp.where(made, self._column(core, jobs, cluster, r), core.window_fit[r])))
+        return state.replace(core=self._resync(core, jobs, cluster))
+
+    def _soonest_node(self, state: SimState, core: Core, params: EnvParams, j, active=True):
+        """The node where job j fits at the earliest time if the running jobs end as scheduled
+        and nothing else is placed: running jobs release their resources in end order, all
+        those with one end time at once, until j fits some node; among those, the lowest
+        rank. -1 if it never does (it always does for a schedulable job), or not ``active``."""
+        jobs, cluster = state.jobs, params.cluster
+        r, g = core.run_job.shape[0], cluster.max_gpus
+        big = jnp.iinfo(jnp.int32).max
+
+        def cond(carry):
+            i, _, _, _, node = carry
+            return active & (i < core.num_running) & (node < 0)
+
+        def body(carry):
+            i, free_milli, free_cpu, free_mem, _ = carry
+            at = (core.run_head + i) % r
+            jr = jnp.maximum(core.run_job[at], 0)
+            n = state.node[jr]
+            back = jnp.where(resources.bits_to_mask(state.gpu_bits[jr], g), jobs.gpu_milli[jr], 0)
+            free_milli = free_milli.at[n].add(back)
+            free_cpu = free_cpu.at[n].add(jobs.cpu_milli[jr])
+            free_mem = free_mem.at[n].add(jobs.mem_mib[jr])
+            group_ends = (i + 1 >= core.num_running) | (core.run_end_s[(at + 1) % r] > core.run_end_s[at])
+            max_free, whole_free = resources.node_summary(free_milli)
+            fit = resources.fits(cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu[j],
+                                 jobs.gpu_milli[j], jobs.cpu_milli[j], jobs.mem_mib[j],
+                                 jobs.model_mask[j]) & group_ends
+            node = jnp.where(fit.any(), jnp.argmin(jnp.where(fit, state.node_rank, big)), -1)
+            return i + 1, free_milli, free_cpu, free_mem, node.astype(jnp.int32)
+
+        init = (jnp.int32(0), core.free_milli, core.free_cpu, core.free_mem, jnp.int32(-1))
+        return jax.lax.while_loop(cond, body, init)[-1]
+
+    def _end_reservation(self, core: Core, jobs: Jobs, cluster, j, leave):
+        """Job j leaves the queue (when ``leave``): if it held the reservation, the reservation
+        ends and its node opens to everyone. -> (core, the reopened node or -1)."""
+        if not self.config.reserving:
+            return core, jnp.int32(-1)
+        ended = leave & (j == core.resv_job)
+        r = jnp.maximum(core.resv_node, 0)
+        core = core.replace(resv_job=jnp.where(ended, -1, core.resv_job),
+                            resv_node=jnp.where(ended, -1, core.resv_node))
+        core = core.replace(window_fit=core.window_fit.at[r].set(
+            jnp.where(ended, self._column(core, jobs, cluster, r), core.window_fit[r])))
+        return core, jnp.where(ended, r, -1)
+
+    def _measured(self, core: Core, j):
+        """Job j is one of the measured jobs."""
+        return (j >= self.config.warmup_jobs) & (j <= core.measure_last)
 
     # ----- internals -----------------------------------------------------------------------
-    def _window(self, core: Core):
-        """[K] job indices of the first K queued jobs, -1 for empty slots."""
-        k = self.config.window
-        return jnp.where(jnp.arange(k) < core.queue_len, core.queue[:k], -1)
 
     def _window_fit_mask(self, core: Core):
         """[K, N] bool: window slot k's job fits node n (``window_fit`` unpacked)."""
@@ -432,10 +809,11 @@ class ClusterEnv:
 
     def _move_clock(self, core: Core, t_new, params: EnvParams):
         """Advance the clock to ``t_new``, adding [t, t_new) to the time integrals."""
-        idle = core.free_milli.sum()
-        allocated = params.cluster.gpu_exists.sum() * GPU_MILLI - idle
-        acc = metrics.accumulate(core.acc, t_new - core.time_s, allocated,
-                                 core.frag_node, idle, core.queue_len + core.num_running)
+        free_node = core.free_milli.sum(-1)
+        used_node = params.cluster.gpu_exists.sum(-1, dtype=jnp.int32) * GPU_MILLI - free_node
+        acc = metrics.accumulate(core.acc, core.time_s, t_new, core.measure_from_s, core.measure_to_s,
+                                 used_node, free_node.sum(), core.frag_node, core.queue_len,
+                                 core.num_running)
         return core.replace(time_s=t_new, acc=acc)
 
     def _node_frag(self, free_row, free_cpu, model, params: EnvParams):
@@ -457,9 +835,7 @@ class ClusterEnv:
             max_free=core.max_free.at[n].set(max_free),
             whole_free=core.whole_free.at[n].set(whole_free),
         )
-        window = self._window(core)
-        column = self._fits(core, jobs, cluster, jnp.maximum(window, 0), n) & (window >= 0)
-        return core.replace(window_fit=core.window_fit.at[n].set(resources.mask_to_bits(column)))
+        return core.replace(window_fit=core.window_fit.at[n].set(self._column(core, jobs, cluster, n)))
 
     def _class_count_shape(self, cluster) -> tuple:
         """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking
@@ -508,49 +884,6 @@ class ClusterEnv:
         return core.replace(run_job=take(core.run_job, -1), run_end_s=take(core.run_end_s, INF),
                             num_running=core.num_running - active)
 
-    def _queue_remove(self, core: Core, jobs: Jobs, cluster, slot, active):
-        """Remove queue position ``slot`` (< K) when ``active``; the others keep their order.
-        The ``window_fit`` bits of later slots shift one slot earlier with their jobs; the job
-        that enters the last window slot gets its bit on every node (N fit tests)."""
-        i = jnp.arange(core.queue.shape[0])
-        shift = active & (i >= slot)
-        last = i == core.queue.shape[0] - 1
-        queue = jnp.where(shift, jnp.where(last, -1, jnp.roll(core.queue, -1)), core.queue)
-        key = jnp.where(shift, jnp.where(last, INF, jnp.roll(core.queue_key, -1)), core.queue_key)
-        core = core.replace(queue=queue, queue_key=key, queue_len=core.queue_len - active)
-        k = self.config.window
-        entering = self._window(core)[k - 1]
-        row = self._fits(core, jobs, cluster, jnp.maximum(entering, 0)) & (entering >= 0)
-        bits, below = core.window_fit, (1 << slot) - 1  # slot < K <= 31
-        moved = (bits & below) | ((bits >> 1) & ~below) | (row.astype(jnp.int32) << (k - 1))
-        return core.replace(window_fit=jnp.where(active, moved, bits))
-
-    def _queue_insert(self, core: Core, jobs: Jobs, cluster, j, key, active):
-        """Insert job ``j`` after every queued job with sort key <= ``key`` when ``active``.
-
-        FIFO keys grow with every arrival, so FIFO appends in O(1); other orders shift O(Q).
-        If ``j`` enters the window it gets its ``window_fit`` bit on every node (N fit tests)
-        and the bits of later slots shift one slot later (the last one leaves the window).
-        """
-        pos = self._queue_position(core, key)
-        if self.config.queue_order == "fifo":
-            at = jnp.where(active, pos, core.queue.shape[0])  # out of range: dropped
-            core = core.replace(queue=core.queue.at[at].set(j, mode="drop"),
-                                queue_key=core.queue_key.at[at].set(key, mode="drop"),
-                                queue_len=core.queue_len + active)
-        else:
-            i = jnp.arange(core.queue.shape[0])
-            put = lambda arr, x: jnp.where(  # noqa: E731
-                active, jnp.where(i < pos, arr, jnp.where(i == pos, x, jnp.roll(arr, 1))), arr)
-            core = core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
-                                queue_len=core.queue_len + active)
-        k = self.config.window
-        row = self._fits(core, jobs, cluster, j)
-        at = jnp.minimum(pos, k)  # k: past the window, nothing of it changes
-        bits, below, in_window = core.window_fit, (1 << at) - 1, (1 << k) - 1
-        moved = ((bits & below) | (row.astype(jnp.int32) << at) | ((bits & ~below) << 1)) & in_window
-        return core.replace(window_fit=jnp.where(active, moved, bits))
-
     def _queue_position(self, core: Core, key):
         """Queue position a job with sort key ``key`` is inserted at (after equal keys)."""
         if self.config.queue_order == "fifo":
@@ -565,11 +898,13 @@ class ClusterEnv:
         return jobs.work_s[j] if order == "sjf" else jobs.deadline_s[j]
 
     def _complete(self, state: SimState, core: Core, params: EnvParams, active):
-        """Finish the running job with the earliest end (when ``active``): resources come back."""
+        """Finish the running job with the earliest end (when ``active``): resources come back.
+        -> (core, its node). The window still has to take back the parked jobs that now fit
+        that node (``_rescan``)."""
         jobs, cluster = state.jobs, params.cluster
         slot = core.run_head
         j = jnp.maximum(core.run_job[slot], 0)
-        n = state.node[j]
+        n = jnp.maximum(state.node[j], 0)  # inactive with an empty running set: any node
         gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
         back_row = jnp.where(gpus & active, jobs.gpu_milli[j], 0)
         new_row = core.free_milli[n] + back_row
@@ -579,12 +914,14 @@ class ClusterEnv:
                               core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
                               jnp.where(active, node_frag, core.frag_node[n]))
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -active.astype(jnp.int32))
-        return core.replace(
+        core = core.replace(
             run_job=core.run_job.at[slot].set(jnp.where(active, -1, core.run_job[slot])),
             run_end_s=core.run_end_s.at[slot].set(jnp.where(active, INF, core.run_end_s[slot])),
             run_head=jnp.where(active, (slot + 1) % core.run_job.shape[0], slot),
             num_running=core.num_running - active,
+            measure_open=core.measure_open - (active & self._measured(core, j)),
         )
+        return core, n
 
     def _arrive_dynamic(self, state: SimState, core: Core, cluster, active):
         """Job ``next_arrival`` arrives: fail it (unschedulable), queue it, or drop it (full)."""
@@ -592,13 +929,14 @@ class ClusterEnv:
         j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
         unschedulable = state.unschedulable[j]
         full = core.queue_len >= core.queue.shape[0]
-        core = self._queue_insert(core, jobs, cluster, j, self._queue_key(jobs, j),
-                                  active & ~unschedulable & ~full)
+        queued = active & ~unschedulable & ~full
+        core = self._queue_insert(core, jobs, cluster, j, self._queue_key(jobs, j), queued)
         acc = core.acc.replace(
             failed=core.acc.failed + (active & unschedulable),
             dropped_overflow=core.acc.dropped_overflow + (active & ~unschedulable & full),
         )
-        return core.replace(acc=acc, next_arrival=core.next_arrival + active)
+        return core.replace(acc=acc, next_arrival=core.next_arrival + active,
+                            measure_open=core.measure_open + (queued & self._measured(core, j)))
 
     def _advance(self, state: SimState, params: EnvParams) -> SimState:
         """Process events until a decision point or the end of the episode.
@@ -608,14 +946,28 @@ class ClusterEnv:
         the loop resumes. Passes are rare (one per ``resched_interval_s``).
         """
         state = state.replace(core=self._event_loop(state, params))
-        if not self.config.rescheduling:
+        if not self.config.interrupts:
             return state
 
-        def pass_then_resume(state):
-            state = self._reschedule(state, params)
+        def run_then_resume(state):
+            state = self._run_interrupt(state, params)
             return state.replace(core=self._event_loop(state, params))
 
-        return jax.lax.while_loop(lambda s: s.core.resched_due, pass_then_resume, state)
+        return jax.lax.while_loop(lambda s: self.interrupted(s.core), run_then_resume, state)
+
+    def interrupted(self, core: Core):
+        """The event loop stopped for work it leaves to ``_advance``: a rescheduling pass or
+        a reservation is due now (``EnvConfig.interrupts``)."""
+        return core.resched_due | core.resv_due
+
+    def _run_interrupt(self, state: SimState, params: EnvParams) -> SimState:
+        """The due reservation or rescheduling pass (at most one is due at a time)."""
+        core = state.core
+        if self.config.reserving:
+            state = self._reserve(state, params, core.resv_due)
+        if self.config.rescheduling:
+            state = self._reschedule(state, params, core.resched_due)
+        return state
 
     def _event_loop(self, state: SimState, params: EnvParams) -> Core:
         """Handle one event per turn until a decision point, the end, or a due pass."""
@@ -625,7 +977,7 @@ class ClusterEnv:
                 lambda carry: self._static_turn(state, carry[0], params),
                 (state.core, state.core.done))
             return core
-        core, stop = self._check_stop(state, state.core)
+        core, stop = self._check_stop(state, state.core, params)
         core, _ = jax.lax.while_loop(
             lambda carry: ~carry[1],
             lambda carry: self._dynamic_turn(state, carry[0], params),
@@ -644,17 +996,25 @@ class ClusterEnv:
                              jobs.mem_mib[j], jobs.model_mask[j])
         return fit if n is None else fit[..., 0]
 
-    def _check_stop(self, state: SimState, core: Core):
+    def _check_stop(self, state: SimState, core: Core, params: EnvParams):
         """Is ``core`` a decision point or the end? -> (core with ``done`` set at the end, stop).
 
         Only once every event at the current instant is handled: then a decision point when a
         window job fits and the running set has room, else the end when no event is left.
+        A boundary (every event at the current instant handled) is also where a reservation
+        is made (``_reserve``) and where the episode ends early once every measured job has
+        left: finished, failed, rejected or dropped.
         """
         t_next = self._next_event_time(core, state.jobs)
         boundary = t_next > core.time_s
+        if self.config.reserving:  # first the reservation (the loop stops for it), then the rest
+            due, _ = self._reservation_due(state, core, boundary & ~core.resched_due)
+            core = core.replace(resv_due=due)
+            boundary = boundary & ~due
         decision = boundary & (core.window_fit.max() > 0) & self._has_room(core)
-        finished = boundary & (t_next == INF) & ~decision
-        return core.replace(done=core.done | finished), decision | finished
+        measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
+        finished = boundary & (((t_next == INF) & ~decision) | measured_left)
+        return core.replace(done=core.done | finished), decision | finished | core.resv_due
 
     def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams, active=True):
         """One loop turn (never at a stop; ``active`` False: no turn, nothing changes): move
@@ -672,10 +1032,15 @@ class ClusterEnv:
         completion = active & (t_done <= jnp.minimum(t_arrival, t_resched))
         arrival = active & ~completion & (t_arrival <= t_resched)
 
-        core = self._complete(state, core, params, completion)
+        core, freed = self._complete(state, core, params, completion)
         core = self._arrive_dynamic(state, core, cluster, arrival)
+        if self.config.backfill:
+            # Only the completion's node gained: parked jobs can only come back through it
+            # (nothing to prune). After the arrival's write, not before it: a read of the
+            # queue ahead of its in-place update makes XLA copy it, O(Q) per event.
+            core = self._rescan(core, jobs, cluster, freed, completion)
         due = active & ~completion & ~arrival
-        core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due))
+        core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), params)
         return core, stop | due
 
     # ----- rescheduling (docs/schedulers.md, "Rescheduling") ------------------------------
@@ -710,6 +1075,8 @@ class ClusterEnv:
         fit = self._fits(core, jobs, cluster, rj)  # [R, N]
         dest_ok = (fit & (jnp.arange(n_nodes) != src[:, None])
                    & (alloc840[None, :] > alloc840[src][:, None]))
+        if cfg.reserving:  # a reserved node takes no job but its own
+            dest_ok = dest_ok & (jnp.arange(n_nodes) != core.resv_node)
         movable = candidate & dest_ok.any(-1)
 
         # The job: least allocated source node, then longest remaining time, then lowest index.
@@ -743,6 +1110,7 @@ class ClusterEnv:
                               jnp.where(move, dest_frag, core.frag_node[d]))
         core = self._count_class(core, s, num_gpu, gpu_milli, -move.astype(jnp.int32))
         core = self._count_class(core, d, num_gpu, gpu_milli, move.astype(jnp.int32))
+        core = self._resync(core, jobs, cluster, jnp.where(move, s, -1))  # s gained, d lost
 
         # Pause, then the rest of its work at the destination's speed; re-sort the ring.
         pause = jnp.float32(cfg.migration_pause_s)
@@ -786,6 +1154,7 @@ class ClusterEnv:
             queue=core.queue.at[0].set(jnp.where(enqueue, j, core.queue[0])),
             queue_key=core.queue_key.at[0].set(jnp.where(enqueue, 0.0, core.queue_key[0])),
             queue_len=core.queue_len + enqueue,
+            win_len=core.win_len + enqueue,
             window_fit=jnp.where(enqueue, (core.window_fit & ~1) | fit_row.astype(jnp.int32),
                                  core.window_fit),
             acc=core.acc.replace(failed=core.acc.failed + (active & ~fits_any)),

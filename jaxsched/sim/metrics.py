@@ -18,51 +18,88 @@ SLOWDOWN_FLOOR_S = 10.0  # bounded slowdown divides by max(run time, 10 s)
 
 @struct.dataclass
 class Accumulators:
-    """Counters and time integrals of one episode (scalars, but for frag_integral).
+    """Counters and time integrals of one episode.
 
-    decisions, invalid_actions, failed, dropped_overflow  int32
-    running_full  bool   the running set was full after some placement
-    alloc_integral  float32  integral of allocated milli-GPU dt   (milli * s)
-    frag_integral   [N] float32  integral of each node's fragmentation F_n dt (milli * s);
-                    kept per node, so each event adds elementwise and no ordered sum over
-                    nodes is needed until the summary
-    idle_integral   float32  integral of idle milli-GPU dt         (milli * s)
-    in_system_integral float32 integral of jobs queued or running dt (job * s)
-    migrations      int32    jobs moved by rescheduling passes
-    migration_gpu_s float32  GPU-seconds those jobs spent paused (num_gpu * gpu_milli/1000 * pause)
+    Counters (whole episode):
+    decisions, invalid_actions, failed, dropped_overflow, reservations, migrations  int32
+    running_full     bool     the running set was full after some placement
+    migration_gpu_s  float32  GPU-seconds moved jobs spent paused (num_gpu * gpu_milli/1000 * pause)
+    in_system_integral float32 integral of jobs queued or running dt over the whole episode
+                       (job * s; the "in_system" reward)
+
+    Integrals over the measurement interval [Core.measure_from_s, Core.measure_to_s] only
+    (docs/semantics.md, "Metrics"); per node where a sum over nodes would be needed at every
+    event, so each event adds elementwise and the ordered sum over nodes waits for the summary:
+    used_integral  [N] float32  allocated milli-GPU of each node dt    (milli * s)
+    frag_integral  [N] float32  each node's fragmentation F_n dt        (milli * s)
+    idle_integral     float32   idle milli-GPU of the cluster dt        (milli * s)
+    jobs_integral     float32   jobs queued or running dt               (job * s)
+    queue_integral    float32   jobs queued dt                          (job * s)
+    backlog_first     float32   (queued + dropped so far) dt over the interval's first quarter
+    backlog_last      float32   the same over its last quarter
     """
 
     decisions: jax.Array
     invalid_actions: jax.Array
     failed: jax.Array
     dropped_overflow: jax.Array
+    reservations: jax.Array
     running_full: jax.Array
-    alloc_integral: jax.Array
+    in_system_integral: jax.Array
+    used_integral: jax.Array
     frag_integral: jax.Array
     idle_integral: jax.Array
-    in_system_integral: jax.Array
+    jobs_integral: jax.Array
+    queue_integral: jax.Array
+    backlog_first: jax.Array
+    backlog_last: jax.Array
     migrations: jax.Array
     migration_gpu_s: jax.Array
 
     @classmethod
     def zeros(cls, num_nodes: int) -> "Accumulators":
-        i, f = jnp.int32(0), jnp.float32(0.0)
-        return cls(i, i, i, i, jnp.bool_(False), f, jnp.zeros(num_nodes, jnp.float32), f, f, i, f)
+        i, f, per_node = jnp.int32(0), jnp.float32(0.0), jnp.zeros(num_nodes, jnp.float32)
+        return cls(i, i, i, i, i, jnp.bool_(False), f, per_node, per_node, f, f, f, f, f, i, f)
 
 
-def accumulate(acc: Accumulators, dt, alloc_milli, frag_node, idle_milli, in_system) -> Accumulators:
-    """Add ``dt`` seconds of the current cluster state to the time integrals (frag_node [N])."""
-    dt = jnp.float32(dt)
+def _overlap(t_from, t_to, lo, hi):
+    """Length of [t_from, t_to) within [lo, hi] (float32)."""
+    return jnp.clip(t_to, lo, hi) - jnp.clip(t_from, lo, hi)
+
+
+def accumulate(acc: Accumulators, t_from, t_to, measure_from_s, measure_to_s, used_node, idle_milli,
+               frag_node, queued, running) -> Accumulators:
+    """Add the cluster state held over [t_from, t_to) to the integrals: the whole-episode
+    ``in_system_integral`` and, for the part inside the measurement interval, the rest.
+    used_node, frag_node [N]; idle_milli: the cluster's idle milli (int, exact); queued,
+    running: job counts."""
+    jobs = (queued + running).astype(jnp.float32)
+    quarter = (measure_to_s - measure_from_s) * jnp.float32(0.25)
+    dt = _overlap(t_from, t_to, measure_from_s, measure_to_s)
+    dt_first = _overlap(t_from, t_to, measure_from_s, measure_from_s + quarter)
+    dt_last = _overlap(t_from, t_to, measure_to_s - quarter, measure_to_s)
+    backlog = (queued + acc.dropped_overflow).astype(jnp.float32)
     return acc.replace(
-        alloc_integral=acc.alloc_integral + dt * alloc_milli.astype(jnp.float32),
+        in_system_integral=acc.in_system_integral + (t_to - t_from) * jobs,
+        used_integral=acc.used_integral + dt * used_node.astype(jnp.float32),
         frag_integral=acc.frag_integral + dt * frag_node,
         idle_integral=acc.idle_integral + dt * idle_milli.astype(jnp.float32),
-        in_system_integral=acc.in_system_integral + dt * in_system.astype(jnp.float32),
+        jobs_integral=acc.jobs_integral + dt * jobs,
+        queue_integral=acc.queue_integral + dt * queued.astype(jnp.float32),
+        backlog_first=acc.backlog_first + dt_first * backlog,
+        backlog_last=acc.backlog_last + dt_last * backlog,
     )
 
 
 def _safe_div(a, b):
     return jnp.where(b > 0, a / jnp.where(b > 0, b, 1), 0.0)
+
+
+def _weighted_sum(x, w):
+    """sum(x * w) over the last axis in a fixed order. The barrier keeps XLA from fusing the
+    products into the adds (an FMA rounds differently): per-episode results must not depend
+    on the program around them (sharded, multi-process or not)."""
+    return ordered_sum(jax.lax.optimization_barrier(x * w))
 
 
 def _masked_percentiles(values, mask, qs):
@@ -71,44 +108,74 @@ def _masked_percentiles(values, mask, qs):
     return jnp.where(mask.any(), out, 0.0)
 
 
-def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = True) -> dict:
+def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = True,
+              warmup_jobs: int = 0) -> dict:
     """Per-episode metrics of a (finished or capped) episode as a dict of scalars.
 
-    Works on one episode; ``vmap`` it for a batch.
+    Job metrics (JCT, queueing delay, slowdown, time in system) are over the *measured* jobs
+    (index ``warmup_jobs`` .. ``core.measure_last``), time-weighted ones over the measurement
+    interval; counters, ``makespan_s``, ``throughput_per_h`` and ``episode_jct_mean`` are over
+    the whole episode (docs/semantics.md, "Metrics"). ``started_after_arrivals`` counts the
+    measured jobs that started after the episode's last arrival: nonzero means the jobs after
+    the measured ones ran out before those had started, and their waits are too short. Works
+    on one episode; ``vmap`` it.
     """
     jobs, core, acc = state.jobs, state.core, state.core.acc
     cluster = params.cluster
-    total_milli = (cluster.num_gpus * cluster.valid).sum().astype(jnp.float32) * GPU_MILLI
+    cap_node = (cluster.num_gpus * cluster.valid).astype(jnp.float32) * GPU_MILLI  # [N]
+    total_milli = ordered_sum(cap_node)
     t_end, t0 = core.time_s, jobs.arrival_s[0]
+    index = jnp.arange(jobs.num_jobs)
     placed = state.outcome == OUTCOME_PLACED
+    rejected = state.outcome == OUTCOME_REJECTED
     finished = placed if static_mode else placed & (state.end_s <= t_end)
+    measured = jobs.valid & (index >= warmup_jobs) & (index <= core.measure_last)
     n_total = jobs.valid.sum(dtype=jnp.int32)
     n_finished = finished.sum(dtype=jnp.int32)
-    n_rejected = (state.outcome == OUTCOME_REJECTED).sum(dtype=jnp.int32)
+    n_measured = measured.sum(dtype=jnp.int32)
+    done_measured = finished & measured
+    n_done_measured = done_measured.sum(dtype=jnp.int32)
+    n_rejected = rejected.sum(dtype=jnp.int32)
 
     jct = state.end_s - jobs.arrival_s
     delay = state.start_s - jobs.arrival_s
     run = state.end_s - state.start_s
-    jct_p50, jct_p95, jct_p99 = _masked_percentiles(jct, finished, [50.0, 95.0, 99.0])
-    mean = lambda x: _safe_div(ordered_sum(jnp.where(finished, x, 0.0)), n_finished)  # noqa: E731
+    jct_p50, jct_p95, jct_p99 = _masked_percentiles(jct, done_measured, [50.0, 95.0, 99.0])
+    mean = lambda x, mask=done_measured: _safe_div(  # noqa: E731
+        ordered_sum(jnp.where(mask, x, 0.0)), mask.sum(dtype=jnp.int32))
     slowdown = jnp.maximum(jct / jnp.maximum(run, SLOWDOWN_FLOOR_S), 1.0)
     makespan = jnp.where(n_finished > 0, jnp.where(finished, state.end_s, -jnp.inf).max() - t0, 0.0)
+    left = measured & (finished | (rejected & (state.end_s <= t_end)))  # left the system
+    last_arrival = jobs.arrival_s[jnp.maximum(n_total - 1, 0)]
+    started_late = measured & (state.start_s > last_arrival) & (state.start_s < jnp.inf)
 
+    speed = cluster.speed.astype(jnp.float32)
     if static_mode:
-        alloc_milli = total_milli - core.free_milli.sum().astype(jnp.float32)
+        used_node = cap_node - core.free_milli.sum(-1).astype(jnp.float32)
+        alloc_milli = ordered_sum(used_node)
         frag = ordered_sum(core.frag_node)
         gpu_alloc = _safe_div(alloc_milli, total_milli)
+        work_alloc = _safe_div(_weighted_sum(used_node, speed), _weighted_sum(cap_node, speed))
         frag_amount = _safe_div(frag, total_milli)
         frag_rate = _safe_div(frag, total_milli - alloc_milli)
+        zero = jnp.float32(0.0)
+        jobs_in_system = queue_len_mean = backlog_growth = span = zero
     else:
-        span = jnp.maximum(t_end - t0, 0.0)
-        frag_integral = ordered_sum(acc.frag_integral)
-        gpu_alloc = _safe_div(acc.alloc_integral, total_milli * span)
-        frag_amount = _safe_div(frag_integral, total_milli * span)
-        frag_rate = _safe_div(frag_integral, acc.idle_integral)
+        span = jnp.maximum(core.measure_to_s - core.measure_from_s, 0.0)
+        used = ordered_sum(acc.used_integral)
+        frag = ordered_sum(acc.frag_integral)
+        gpu_alloc = _safe_div(used, total_milli * span)
+        work_alloc = _safe_div(_weighted_sum(acc.used_integral, speed), _weighted_sum(cap_node, speed) * span)
+        frag_amount = _safe_div(frag, total_milli * span)
+        frag_rate = _safe_div(frag, acc.idle_integral)
+        jobs_in_system = _safe_div(acc.jobs_integral, span)
+        queue_len_mean = _safe_div(acc.queue_integral, span)
+        # Mean backlog of the last quarter minus the first, per measured job.
+        backlog_growth = _safe_div(acc.backlog_last - acc.backlog_first, span * 0.25 * n_measured)
     if not track_frag:  # EnvConfig.track_frag off: fragmentation was not kept
         frag_amount = frag_rate = jnp.float32(jnp.nan)
 
+    dynamic = lambda x: 0.0 if static_mode else x  # noqa: E731
     return {
         "decisions": acc.decisions,
         "invalid_actions": acc.invalid_actions,
@@ -121,18 +188,29 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
         "unfinished": n_total - n_finished - n_rejected - acc.failed - acc.dropped_overflow,
         "running_full": acc.running_full.astype(jnp.int32),
         "done": core.done.astype(jnp.int32),
-        "jct_mean": 0.0 if static_mode else mean(jct),
-        "jct_p50": 0.0 if static_mode else jct_p50,
-        "jct_p95": 0.0 if static_mode else jct_p95,
-        "jct_p99": 0.0 if static_mode else jct_p99,
-        "queue_delay_mean": 0.0 if static_mode else mean(delay),
-        "queue_delay_p95": 0.0 if static_mode else _masked_percentiles(delay, finished, [95.0])[0],
-        "slowdown_mean": 0.0 if static_mode else mean(slowdown),
-        "makespan_s": 0.0 if static_mode else makespan,
-        "throughput_per_h": 0.0 if static_mode else _safe_div(n_finished * 3600.0, makespan),
+        "measured_jobs": n_measured,
+        "measured_finished": n_done_measured,
+        "started_after_arrivals": started_late.sum(dtype=jnp.int32),
+        "jct_mean": dynamic(mean(jct)),
+        "jct_p50": dynamic(jct_p50),
+        "jct_p95": dynamic(jct_p95),
+        "jct_p99": dynamic(jct_p99),
+        "queue_delay_mean": dynamic(mean(delay)),
+        "queue_delay_p95": dynamic(_masked_percentiles(delay, done_measured, [95.0])[0]),
+        "slowdown_mean": dynamic(mean(slowdown)),
+        "time_in_system_mean": dynamic(mean(jct, left)),
+        "episode_jct_mean": dynamic(mean(jct, finished)),
+        "makespan_s": dynamic(makespan),
+        "throughput_per_h": dynamic(_safe_div(n_finished * 3600.0, makespan)),
         "gpu_alloc": gpu_alloc,
+        "work_alloc": work_alloc,
         "frag_amount": frag_amount,
         "frag_rate": frag_rate,
+        "jobs_in_system": jobs_in_system,
+        "queue_len_mean": queue_len_mean,
+        "backlog_growth": backlog_growth,
+        "measure_span_s": span,
+        "reservations": acc.reservations,
         "migrations": acc.migrations,
         "migration_gpu_s": acc.migration_gpu_s,
     }

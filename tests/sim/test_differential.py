@@ -53,13 +53,26 @@ REGISTRY_CASES = [  # (mode, scheduler, tie break); the rest of the config is th
     ("static", "fgd", "identity"),
 ]
 EXACT_METRICS = ("decisions", "invalid_actions", "jobs_total", "placed", "finished", "rejected",
-                 "failed", "dropped_overflow", "unfinished", "running_full", "done", "migrations")
+                 "failed", "dropped_overflow", "unfinished", "running_full", "done", "migrations",
+                 "measured_jobs", "measured_finished", "reservations", "started_after_arrivals")
 
 
-def make_env(mode, order, gpu_rule, tie_break):
+# Queue and measurement settings beside the defaults (backfilling window, no reservation in
+# episodes this short, the whole episode measured). Reservations after 10 s happen in most
+# examples; the measured jobs end the episode early.
+VARIANTS = {
+    "strict": {"backfill": False},
+    "reserve": {"reserve_after_s": 10.0},
+    "measure": {"warmup_jobs": 4, "measured_jobs": 10},
+    "reserve-measure-strict": {"backfill": False, "reserve_after_s": 10.0, "warmup_jobs": 2,
+                               "measured_jobs": 6},
+}
+
+
+def make_env(mode, order, gpu_rule, tie_break, **settings):
     return ClusterEnv(EnvConfig(mode=mode, window=WINDOW, queue_capacity=QUEUE,
                                 running_capacity=RUNNING, queue_order=order, gpu_rule=gpu_rule,
-                                tie_break=tie_break))
+                                tie_break=tie_break, **settings))
 
 
 def registry_env(mode, name, tie_break):
@@ -119,25 +132,50 @@ def test_registry_scheduler_matches_reference(mode, policy, tie_break, cluster, 
     assert_episode_matches_reference(registry_env(mode, policy, tie_break), policy, cluster, jobs, seed)
 
 
+VARIANT_CASES = [  # (variant, queue order, policy, gpu rule, tie break)
+    ("strict", "fifo", "first-fit", "first-fit", "identity"),
+    ("strict", "sjf", "best-fit", "best-fit", "permutation"),
+    ("reserve", "fifo", "first-fit", "best-fit", "permutation"),
+    ("reserve", "sjf", "best-fit", "best-fit", "identity"),
+    ("reserve", "edf", "fgd", "fgd", "permutation"),
+    ("measure", "fifo", "best-fit", "best-fit", "permutation"),
+    ("reserve-measure-strict", "fifo", "first-fit", "first-fit", "identity"),
+]
+
+
+@pytest.mark.parametrize("variant,order,policy,gpu_rule,tie_break", VARIANT_CASES)
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
+def test_queue_and_measurement_settings_match_reference(variant, order, policy, gpu_rule, tie_break,
+                                                        cluster, jobs, seed):
+    """The strict window, reservations and measurement windows: the same schedule and
+    metrics (reservations counted alike) in both simulators."""
+    env = make_env("dynamic", order, gpu_rule, tie_break, **VARIANTS[variant])
+    assert_episode_matches_reference(env, policy, cluster, jobs, seed)
+
+
 @functools.lru_cache(maxsize=None)
 def jitted_env_fns(env):
     return jax.jit(env.reset), jax.jit(env.step)
 
 
-LOCKSTEP_CASES = [  # (mode, queue order, gpu rule)
-    ("dynamic", "fifo", "best-fit"),
-    ("dynamic", "sjf", "best-fit"),
-    ("static", "fifo", "best-fit"),
-    ("dynamic", "fifo", "fgd"),
-    ("dynamic", "edf", "buddy"),
+LOCKSTEP_CASES = [  # (mode, queue order, gpu rule, variant)
+    ("dynamic", "fifo", "best-fit", None),
+    ("dynamic", "sjf", "best-fit", None),
+    ("static", "fifo", "best-fit", None),
+    ("dynamic", "fifo", "fgd", None),
+    ("dynamic", "edf", "buddy", None),
+    ("dynamic", "fifo", "best-fit", "reserve"),
+    ("dynamic", "sjf", "first-fit", "reserve-measure-strict"),
+    ("dynamic", "edf", "best-fit", "measure"),
 ]
 
 
-@pytest.mark.parametrize("mode,order,gpu_rule", LOCKSTEP_CASES)
+@pytest.mark.parametrize("mode,order,gpu_rule,variant", LOCKSTEP_CASES)
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
-def test_random_actions_keep_both_simulators_in_lockstep(mode, order, gpu_rule, cluster, jobs, seed):
-    env = make_env(mode, order, gpu_rule, "identity")
+def test_random_actions_keep_both_simulators_in_lockstep(mode, order, gpu_rule, variant, cluster, jobs, seed):
+    env = make_env(mode, order, gpu_rule, "identity", **VARIANTS.get(variant, {}))
     reset, step = jitted_env_fns(env)
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
     key = jax.random.key(seed)
@@ -147,6 +185,8 @@ def test_random_actions_keep_both_simulators_in_lockstep(mode, order, gpu_rule, 
     num_actions = env.num_actions(params)
     for _ in range(120):
         np.testing.assert_array_equal(np.asarray(obs.action_mask), sim.action_mask())
+        np.testing.assert_array_equal(np.asarray(obs.window_job)[: len(sim.window())], sim.window())
+        assert (int(state.core.resv_job), int(state.core.resv_node)) == (sim.resv_job, sim.resv_node)
         assert float(obs.time_s) == sim.time_s
         np.testing.assert_array_equal(np.asarray(state.core.free_milli), np.array(sim.free_milli))
         np.testing.assert_array_equal(np.asarray(state.core.free_cpu), sim.free_cpu)

@@ -14,9 +14,8 @@ Jobs (arrival, request, work):
 Mean JCT = (100 + 100 + 130 + 100 + 20) / 5 = 90; mean delay = (80 + 70) / 5 = 30;
 makespan = 150 - 0; throughput = 5 jobs / (150/3600 h) = 120 per hour.
 Bounded slowdown: j2 130/50 = 2.6, j3 100/30 = 3.333..., the others 1 -> mean 1.786666...
-GPU allocation (cluster 3,000 milli) over [0, 150):
-  [0,10) 1000, [10,100) 3000, [100,110) 3000, [110,130) 1000, [130,150) 500
-  -> (10*1000 + 90*3000 + 10*3000 + 20*1000 + 20*500) / (3000 * 150) = 340000 / 450000.
+GPU allocation (cluster 3,000 milli) over the measurement interval, first to last arrival,
+[0, 40]: [0,10) 1000, [10,40) 3000 -> (10*1000 + 30*3000) / (3000 * 40) = 100000 / 120000.
 """
 
 import jax
@@ -44,7 +43,7 @@ EXPECTED = {
     "start_s": [0, 10, 100, 100, 40],
     "end_s": [100, 110, 150, 130, 60],
     "jct_mean": 90.0, "queue_delay_mean": 30.0, "makespan_s": 150.0, "throughput_per_h": 120.0,
-    "slowdown_mean": (1 + 1 + 2.6 + 100 / 30 + 1) / 5, "gpu_alloc": 340000 / 450000,
+    "slowdown_mean": (1 + 1 + 2.6 + 100 / 30 + 1) / 5, "gpu_alloc": 100000 / 120000,
     "finished": 5, "decisions": 5,
 }
 

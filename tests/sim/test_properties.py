@@ -168,13 +168,16 @@ SCHEDULE_CASES = {  # every code path the loop schedules treat differently: (env
                                        queue_order="sjf")), 3),
     "rescheduling": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10,
                                           resched_interval_s=40.0, migration_pause_s=7.0)), 2),
+    "reserve": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10,
+                                     reserve_after_s=15.0, warmup_jobs=3, measured_jobs=12)), 2),
+    "strict": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10, backfill=False,
+                                    queue_order="edf")), 1),
 }
 
 
 @functools.lru_cache(maxsize=None)
 def jitted_schedule(env, turns, chunk=-1):
-    return jax.jit(lambda p, j, k, cap: rollout(env, random_any, None, p, j, k, cap, chunk, turns),
-                   static_argnums=3)
+    return jax.jit(lambda p, j, k, cap: rollout(env, random_any, None, p, j, k, cap, chunk, turns))
 
 
 @pytest.mark.parametrize("case", SCHEDULE_CASES)
@@ -188,6 +191,7 @@ def test_every_loop_schedule_plays_the_same_episodes(case, cluster, seed, data):
     batch = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *jobs)
     keys = jax.random.split(jax.random.key(seed), 3)
     for cap in (4 * PAD_JOBS + 20, 3):  # to the end; and stopped by the step cap
+        cap = jnp.int32(cap)  # traced: one compile serves both caps
         stepped = jitted_schedule(env, None)(params, batch, keys, cap)
         by_turns = jitted_schedule(env, turns)(params, batch, keys, cap)
         alone = jitted_schedule(env, None, chunk=1)(params, batch, keys, cap)
@@ -195,34 +199,47 @@ def test_every_loop_schedule_plays_the_same_episodes(case, cluster, seed, data):
         chex.assert_trees_all_equal(alone, stepped)
 
 
-def window_fit_from_scratch(state, cluster, k):
-    """[K, N] window slot k's job fits node n, recomputed from the free resources alone."""
-    core, jobs = state.core, state.jobs
-    window = np.where(np.arange(k) < int(core.queue_len), np.asarray(core.queue[:k]), -1)
-    j = np.maximum(window, 0)
+def window_from_scratch(state, cluster, config):
+    """([K] window jobs, [K, N] slot k's job may use node n), recomputed from the queue and
+    the free resources alone (docs/semantics.md, "The window"): every queued job tested on
+    every node, the reservation's node closed to all but its job, the first K that may use
+    some node kept (all of the first K without backfill)."""
+    core, jobs, k = state.core, state.jobs, config.window
+    queued = np.asarray(core.queue[: int(core.queue_len)])
     max_free, whole_free = resources.node_summary(core.free_milli)
-    fit = resources.fits(cluster, core.free_cpu, core.free_mem, max_free, whole_free, jobs.num_gpu[j],
-                         jobs.gpu_milli[j], jobs.cpu_milli[j], jobs.mem_mib[j], jobs.model_mask[j])
-    return np.asarray(fit) & (window >= 0)[:, None]
+    fit = np.array(resources.fits(cluster, core.free_cpu, core.free_mem, max_free, whole_free,
+                                    jobs.num_gpu[queued], jobs.gpu_milli[queued], jobs.cpu_milli[queued],
+                                    jobs.mem_mib[queued], jobs.model_mask[queued])).reshape(len(queued), cluster.num_nodes)
+    r, rj = int(core.resv_node), int(core.resv_job)
+    if r >= 0:
+        fit[:, r] &= queued == rj
+    keep = np.flatnonzero(fit.any(-1)) if config.backfill and not config.static else np.arange(len(queued))
+    keep = keep[:k]
+    window = np.full(k, -1)
+    window[: len(keep)] = queued[keep]
+    mask = np.zeros((k, fit.shape[1]), bool)
+    mask[: len(keep)] = fit[keep]
+    return window, mask
 
 
 @pytest.mark.parametrize("case", SCHEDULE_CASES)
 @settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
 @given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
 def test_carried_window_fit_equals_the_fit_test_after_every_step(case, cluster, jobs, seed):
-    # The env keeps ``core.window_fit`` (the observation's place mask, one bit per slot) per
-    # event instead of recomputing it: placements, completions and migrations refit a node's
-    # bits, queue entries and exits a slot's bit on every node. Any missed update shows up here.
+    # The env keeps the window (its jobs, and ``core.window_fit``: the observation's place mask,
+    # one bit per slot) per event instead of recomputing it: placements, completions and
+    # migrations refit a node's bits and park or bring back queued jobs, queue entries and
+    # exits move a slot. Any missed update shows up here.
     env = SCHEDULE_CASES[case][0]
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
     reset, step = reset_and_step(env)
     key = jax.random.key(seed)
     state, obs = reset(key, params, to_device(jobs))
     for t in range(20 * PAD_JOBS):
+        window, mask = window_from_scratch(state, params.cluster, env.config)
+        np.testing.assert_array_equal(np.asarray(env._window(state.core)), window, err_msg=f"step {t}")
         carried = env._window_fit_mask(state.core)  # the int32 bits unpacked to [K, N]
-        np.testing.assert_array_equal(np.asarray(carried),
-                                      window_fit_from_scratch(state, params.cluster, env.config.window),
-                                      err_msg=f"step {t}")
+        np.testing.assert_array_equal(np.asarray(carried), mask, err_msg=f"step {t}")
         if bool(state.core.done):
             break
         state, obs, *_ = step(key, state, random_any(None, obs, jax.random.fold_in(key, t)), params)

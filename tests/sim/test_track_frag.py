@@ -20,7 +20,7 @@ FRAG_METRICS = ("frag_amount", "frag_rate")
 @pytest.mark.parametrize("name", ["first-fit", "best-fit"])
 def test_untracked_fragmentation_leaves_the_schedule_and_other_metrics_unchanged(name):
     params = to_device(EnvParams(cl.to_cluster(cl.preset(8)), FRAG_CLASSES))
-    syn = synthetic.SyntheticConfig(num_jobs=80, target_load=1.2, cluster_gpus=cl.preset(8).total_gpus)
+    syn = synthetic.SyntheticConfig(num_jobs=80, target_load=1.2, cluster_capacity=cl.work_capacity(cl.preset(8)))
     keys = jax.random.split(jax.random.key(4), 6)
     jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
     sched = get(name)
