@@ -198,6 +198,14 @@ def load_pai_machines(path) -> NodeTable:
     return _table(rows)
 
 
+def work_capacity(table: NodeTable, speeds: dict | None = None) -> float:
+    """Work the cluster does per second with every GPU busy, in speed-1.0 GPUs: the sum over
+    its GPUs of their speed (``DEFAULT_SPEEDS`` overridden by ``speeds``). The offered load
+    rho is GPU work arriving per second over this (SPEC.md, README "Loaded clusters")."""
+    speed_of = {**DEFAULT_SPEEDS, **(speeds or {})}
+    return float(sum(int(g) * speed_of[MODEL_NAMES[m]] for g, m in zip(table.num_gpus, table.model)))
+
+
 def to_cluster(table: NodeTable, pad_nodes: int | None = None, max_gpus: int = MAX_GPUS_PER_NODE,
                speeds: dict | None = None) -> Cluster:
     """Pad a ``NodeTable`` to ``pad_nodes`` x ``max_gpus`` and build the ``Cluster`` pytree (numpy)."""

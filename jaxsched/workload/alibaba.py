@@ -25,8 +25,9 @@ raises ``errors.DataError`` naming the file, the 1-based line (header = line 1) 
 
 Episodes: ``trace_windows`` cuts distinct contiguous windows of arrivals, each re-based to
 start at 0; ``compress_to_load`` divides arrival times by a factor so that the offered load
-``offered_load`` (SPEC.md: ρ = Σ GPUs × work / (cluster GPUs × arrival span)) hits a target,
-and reports the factor.
+``offered_load`` (ρ = Σ GPUs × work / (the cluster's work capacity × arrival span); the work
+capacity is ``cluster.work_capacity``, in speed-1.0 GPUs) hits a target, and reports the
+factor.
 """
 
 from __future__ import annotations
@@ -116,9 +117,9 @@ class TraceWorkload:
                                self.cpu_milli, self.mem_mib, model_mask=self.model_mask,
                                pad_to=pad_to)
 
-    def offered_load(self, cluster_gpus: int) -> float:
-        """ρ of these jobs on a cluster of ``cluster_gpus`` GPUs (see ``offered_load``)."""
-        return offered_load(self.arrival_s, self.work_s, self.num_gpu, self.gpu_milli, cluster_gpus)
+    def offered_load(self, cluster_capacity: float) -> float:
+        """ρ of these jobs on a cluster of work capacity ``cluster_capacity`` (see ``offered_load``)."""
+        return offered_load(self.arrival_s, self.work_s, self.num_gpu, self.gpu_milli, cluster_capacity)
 
     def frag_classes(self, coverage: float = 0.95, max_classes: int | None = None):
         """FGD's target workload of these jobs (``classes.target_workload``)."""
@@ -535,22 +536,23 @@ def load_pai(job_table_path, task_table_path, strict: bool = False) -> TraceWork
 # Offered load, windows, time compression
 # --------------------------------------------------------------------------------------------
 
-def offered_load(arrival_s, work_s, num_gpu, gpu_milli, cluster_gpus) -> float:
-    """ρ = Σ (num_gpu × gpu_milli/1000 × work_s) / (cluster_gpus × arrival span).
+def offered_load(arrival_s, work_s, num_gpu, gpu_milli, cluster_capacity) -> float:
+    """ρ = Σ (num_gpu × gpu_milli/1000 × work_s) / (cluster_capacity × arrival span).
 
+    ``cluster_capacity``: the cluster's work capacity in speed-1.0 GPUs (``cluster.work_capacity``).
     The arrival span is ``max(arrival_s) - min(arrival_s)``. CPU-only jobs add nothing.
-    Raises ``DataError`` when the span or ``cluster_gpus`` is not positive.
+    Raises ``DataError`` when the span or ``cluster_capacity`` is not positive.
     """
     arrival = np.asarray(arrival_s, np.float64)
-    if not cluster_gpus > 0:
-        raise DataError("offered_load", None, "cluster_gpus", f"must be > 0, got {cluster_gpus}")
+    if not cluster_capacity > 0:
+        raise DataError("offered_load", None, "cluster_capacity", f"must be > 0, got {cluster_capacity}")
     span = float(arrival.max() - arrival.min()) if len(arrival) else 0.0
     if not span > 0:
         raise DataError("offered_load", None, "arrival_s",
                         f"arrival span is {span:g}: the offered load is undefined")
     gpu_work = (np.asarray(num_gpu, np.float64) * np.asarray(gpu_milli, np.float64) / GPU_MILLI
                 * np.asarray(work_s, np.float64)).sum()
-    return float(gpu_work / (float(cluster_gpus) * span))
+    return float(gpu_work / (float(cluster_capacity) * span))
 
 
 def trace_part(workload: TraceWorkload, span, field: str = "trace_span") -> TraceWorkload:
@@ -565,6 +567,37 @@ def trace_part(workload: TraceWorkload, span, field: str = "trace_span") -> Trac
         raise DataError(workload.path, None, field, f"must satisfy 0 <= lo < hi <= 1, got {span!r}")
     n = len(workload)
     return workload.take(slice(round(lo * n), round(hi * n)), trace_span=(lo, hi))
+
+
+def resample(workload: TraceWorkload, num_jobs: int, num_episodes: int, seed: int,
+             cluster_capacity: float, rho: float, runnable=None) -> list[TraceWorkload]:
+    """``num_episodes`` episodes of ``num_jobs`` pods drawn uniformly with replacement from
+    ``workload`` (request, model constraint and work of each kept together), arriving as a
+    Poisson process whose rate gives offered load ``rho`` on ``cluster_capacity`` in
+    expectation: mean gap = E[GPUs x work of a drawn pod] / (rho x capacity), a pod that no
+    node can hold (``runnable`` False) counting as no work. For steady-state episodes longer
+    than a trace allows (openb's 7,255 running pods cover about 20 h of arrivals at rho 0.9
+    on the 64-node preset, less than a warm-up and a measurement window): the trace's job
+    mix and run times, not its order. ``report["resampled_from"]`` = pods drawn from."""
+    if not rho > 0:
+        raise DataError("resample", None, "rho", f"must be > 0, got {rho}")
+    if len(workload) < 1 or num_jobs < 1 or num_episodes < 1:
+        raise DataError(workload.path, None, "jobs", "nothing to resample from, or no jobs asked for")
+    runnable = np.ones(len(workload), bool) if runnable is None else np.asarray(runnable, bool)
+    gpu_work = np.where(runnable, workload.num_gpu * workload.gpu_milli / GPU_MILLI * workload.work_s, 0.0)
+    if not gpu_work.mean() > 0:
+        raise DataError(workload.path, None, "work_s",
+                        "the workload offers no GPU work: no arrival rate reaches a load > 0")
+    gap = float(gpu_work.mean()) / (float(rho) * float(cluster_capacity))
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in range(num_episodes):
+        pick = np.sort(rng.integers(0, len(workload), num_jobs))  # file order among equal arrivals
+        arrival = np.cumsum(rng.exponential(gap, num_jobs))
+        out.append(workload.take(pick, resampled_from=len(workload), episode=e, mean_gap_s=gap,
+                                 offered_load=float(rho), cluster_capacity=float(cluster_capacity))
+                   .with_arrivals(arrival))
+    return out
 
 
 def trace_windows(workload: TraceWorkload, jobs_per_window: int, num_windows: int,
@@ -601,22 +634,38 @@ def trace_windows(workload: TraceWorkload, jobs_per_window: int, num_windows: in
     return out
 
 
-def compress_to_load(workload: TraceWorkload, cluster_gpus: int, rho: float
-                     ) -> tuple[TraceWorkload, float]:
+def cap_work(workload: TraceWorkload, max_work_s: float) -> TraceWorkload:
+    """The jobs with their work capped at ``max_work_s`` (``report["work_capped"]``: how many
+    were). Steady state needs run times short beside an episode (README, "Loaded clusters")."""
+    if not max_work_s > 0:
+        raise DataError("cap_work", None, "max_work_s", f"must be > 0, got {max_work_s}")
+    capped = workload.work_s > max_work_s
+    return dataclasses.replace(workload, work_s=np.minimum(workload.work_s, max_work_s),
+                               report={**workload.report, "work_capped": int(capped.sum())})
+
+
+def compress_to_load(workload: TraceWorkload, cluster_capacity: float, rho: float,
+                     runnable=None) -> tuple[TraceWorkload, float]:
     """Divide arrival times by ``factor`` so that the offered load becomes ``rho``.
 
     ``factor = rho / offered_load(workload)`` (> 1 compresses time, < 1 stretches it); it is
     returned and stored in ``report["compress_factor"]`` (with ``offered_load_before`` and
-    ``offered_load``). Work, resources and order are unchanged.
+    ``offered_load``). Work, resources and order are unchanged. ``runnable`` ([J] bool): the
+    jobs some node can hold; only their work counts towards the load (a job that fits no node
+    fails at arrival and offers nothing), and ``report["load_excludes"]`` says how many were
+    left out of it.
     """
     if not rho > 0:
         raise DataError("compress_to_load", None, "rho", f"must be > 0, got {rho}")
-    before = workload.offered_load(cluster_gpus)
+    runnable = np.ones(len(workload), bool) if runnable is None else np.asarray(runnable, bool)
+    work = np.where(runnable, workload.work_s, 0.0)  # over the whole window's arrival span
+    before = offered_load(workload.arrival_s, work, workload.num_gpu, workload.gpu_milli, cluster_capacity)
     if not before > 0:
         raise DataError(workload.path, None, "work_s",
                         "the workload offers no GPU work: no time compression reaches a load > 0")
     factor = float(rho) / before
     out = workload.with_arrivals(workload.arrival_s / factor, compress_factor=factor,
                                  offered_load_before=before, offered_load=float(rho),
-                                 cluster_gpus=int(cluster_gpus))
+                                 cluster_capacity=float(cluster_capacity),
+                                 load_excludes=int((~runnable).sum()))
     return out, factor

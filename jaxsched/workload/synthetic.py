@@ -129,11 +129,17 @@ class SyntheticConfig:
     median_work_s, sigma   lognormal work (seconds at speed 1.0): median and log-std. The
                            defaults (900 s, 1.5) follow openb, whose Running pods have a
                            median lifetime of about 900 s (and a log-std near 1.9).
-    max_work_s             cap on a job's work (+inf: no cap).
+    max_work_s             cap on a job's work (+inf: no cap). The default, 8 h, keeps 97% of
+                           openb's pods as they are but cuts its tail (94% of openb's GPU time
+                           is in pods that run longer), so that a cluster reaches steady state
+                           within ~12 h of arrivals (README, "Loaded clusters").
     target_load            if set, the work median is chosen so that the expected offered load
-                           E[num_gpu * gpu_milli/1000 * work] / (cluster_gpus * mean_interarrival_s)
-                           equals it; needs ``cluster_gpus``. ``median_work_s`` is then unused.
-    cluster_gpus           GPUs in the cluster the load is meant for (only with target_load).
+                           E[num_gpu * gpu_milli/1000 * work] / (cluster_capacity * mean_interarrival_s)
+                           equals it; needs ``cluster_capacity``. ``median_work_s`` is then unused.
+    cluster_capacity       work capacity of the cluster the load is meant for, in speed-1.0
+                           GPUs: sum over GPUs of their speed (``cluster.work_capacity``; only
+                           with target_load). Below saturation the share of the cluster's
+                           work capacity in use (the ``work_alloc`` metric) equals the load.
     model_constraint_prob  fraction of GPU jobs that may run on one GPU model only.
     constraint_models      the models a constrained job's model is drawn from (uniformly; a
                            repeated name is drawn more often).
@@ -146,9 +152,9 @@ class SyntheticConfig:
     mean_interarrival_s: float = 8.0
     median_work_s: float = 900.0
     sigma: float = 1.5
-    max_work_s: float = 86400.0
+    max_work_s: float = 8 * 3600.0
     target_load: float | None = None
-    cluster_gpus: int | None = None
+    cluster_capacity: float | None = None
     model_constraint_prob: float = 0.0
     constraint_models: tuple = OPENB_GPU_MODELS
     deadline_slack: float = math.inf
@@ -197,19 +203,20 @@ class SyntheticConfig:
         if not _is_real(self.deadline_slack) or not self.deadline_slack > 0:
             raise _bad("deadline_slack", f"must be > 0 (+inf for no deadlines), got {self.deadline_slack!r}")
         self._validate_classes()
-        if self.cluster_gpus is not None and (not _is_int(self.cluster_gpus) or self.cluster_gpus < 1):
-            raise _bad("cluster_gpus", f"must be None or an integer >= 1, got {self.cluster_gpus!r}")
+        if self.cluster_capacity is not None and (
+                not _is_real(self.cluster_capacity) or not 0 < self.cluster_capacity < math.inf):
+            raise _bad("cluster_capacity", f"must be None or a finite number > 0, got {self.cluster_capacity!r}")
         if self.target_load is not None:
             if not _is_real(self.target_load) or not (0 < self.target_load < math.inf):
                 raise _bad("target_load", f"must be None or a finite number > 0, got {self.target_load!r}")
-            if self.cluster_gpus is None:
-                raise _bad("cluster_gpus", f"target_load={self.target_load} needs cluster_gpus "
+            if self.cluster_capacity is None:
+                raise _bad("cluster_capacity", f"target_load={self.target_load} needs cluster_capacity "
                                            "(the cluster's total GPUs), got None")
             if _mean_gpus(self.job_classes) <= 0:
                 raise _bad("job_classes", "target_load needs GPU jobs, but the table has only "
                                           "CPU-only (or zero-weight GPU) rows")
             reachable = _mean_gpus(self.job_classes) * self.max_work_s / (
-                self.cluster_gpus * self.mean_interarrival_s)
+                self.cluster_capacity * self.mean_interarrival_s)
             if not self.target_load < reachable:
                 raise _bad("target_load", f"{self.target_load} cannot be reached with max_work_s="
                                           f"{self.max_work_s} (every job at the cap gives {reachable:.4g})")
@@ -279,7 +286,7 @@ def effective_median_work_s(config: SyntheticConfig) -> float:
     config.validate()
     if config.target_load is None:
         return float(config.median_work_s)
-    need = config.target_load * config.cluster_gpus * config.mean_interarrival_s / _mean_gpus(
+    need = config.target_load * config.cluster_capacity * config.mean_interarrival_s / _mean_gpus(
         config.job_classes)  # the mean work that gives the target
     s, cap = config.sigma, config.max_work_s
     lo = need / math.exp(0.5 * s * s)  # uncapped answer; capping only lowers the mean
@@ -304,12 +311,13 @@ def expected_work_s(config: SyntheticConfig) -> float:
     return mean_capped_lognormal(effective_median_work_s(config), config.sigma, config.max_work_s)
 
 
-def expected_offered_load(config: SyntheticConfig, cluster_gpus: int) -> float:
-    """Expected offered load rho = E[GPUs x work] / (cluster_gpus x mean inter-arrival)."""
-    if not _is_int(cluster_gpus) or cluster_gpus < 1:
-        raise _bad("cluster_gpus", f"must be an integer >= 1, got {cluster_gpus!r}")
+def expected_offered_load(config: SyntheticConfig, cluster_capacity: float) -> float:
+    """Expected offered load rho = E[GPUs x work] / (cluster_capacity x mean inter-arrival),
+    cluster_capacity in speed-1.0 GPUs (``cluster.work_capacity``)."""
+    if not _is_real(cluster_capacity) or not 0 < cluster_capacity < math.inf:
+        raise _bad("cluster_capacity", f"must be a finite number > 0, got {cluster_capacity!r}")
     return _mean_gpus(config.job_classes) * expected_work_s(config) / (
-        cluster_gpus * config.mean_interarrival_s)
+        cluster_capacity * config.mean_interarrival_s)
 
 
 # ---------------------------------------------------------------------------- generator

@@ -453,12 +453,12 @@ def test_malformed_pai_job_table_and_join(tmp_path):
 # ================================================================ offered load, windows, compression
 
 def test_offered_load_by_hand():
-    # (0.5 GPU x 50 s + 2 GPUs x 100 s + CPU-only) / (4 GPUs x 100 s span)
+    # (0.5 GPU x 50 s + 2 GPUs x 100 s + CPU-only) / (4 speed-1.0 GPUs x 100 s span)
     rho = A.offered_load([0, 100, 40], [50, 100, 1e6], [1, 2, 0], [500, 1000, 0], 4)
     assert rho == pytest.approx(225 / 400)
     with pytest.raises(DataError, match="span"):
         A.offered_load([5, 5], [1, 1], [1, 1], [1000, 1000], 4)
-    with pytest.raises(DataError, match="cluster_gpus"):
+    with pytest.raises(DataError, match="cluster_capacity"):
         A.offered_load([0, 5], [1, 1], [1, 1], [1000, 1000], 0)
 
 
@@ -524,7 +524,7 @@ def test_trace_part_cuts_disjoint_spans(tmp_path):
 def test_compress_to_load_hits_target(default_csv, rho):
     w = A.load_openb_pods(default_csv)
     win = A.trace_windows(w, 1000, 1, seed=0)[0]
-    gpus = C.preset(64).total_gpus
+    gpus = C.work_capacity(C.preset(64))
     before = win.offered_load(gpus)
     out, factor = A.compress_to_load(win, gpus, rho)
     assert out.offered_load(gpus) == pytest.approx(rho, rel=1e-9)

@@ -175,14 +175,14 @@ def test_work_is_capped_lognormal_with_the_configured_median(big):
     assert capped.mean() == pytest.approx(synthetic.expected_work_s(cfg), rel=0.03)
 
 
-def realised_load(jobs, cluster_gpus):
-    """Offered load as SPEC.md defines it: sum(GPUs x work) / (capacity x arrival span)."""
+def realised_load(jobs, capacity):
+    """Offered load: sum(GPUs x work) / (work capacity x arrival span)."""
     gpus = jobs.num_gpu * jobs.gpu_milli / 1000.0
-    return float((gpus * jobs.work_s.astype(np.float64)).sum() / (cluster_gpus * jobs.arrival_s.max()))
+    return float((gpus * jobs.work_s.astype(np.float64)).sum() / (capacity * jobs.arrival_s.max()))
 
 
 def test_expected_offered_load_matches_a_large_sample(big):
-    g = cluster.preset(64).total_gpus
+    g = cluster.work_capacity(cluster.preset(64))
     expect = synthetic.expected_offered_load(SyntheticConfig(), g)
     assert 0.5 < expect < 1.1  # a 64-node preset at DRR's 8 s is a loaded but sane cluster
     assert realised_load(big, g) == pytest.approx(expect, rel=0.1)
@@ -191,8 +191,8 @@ def test_expected_offered_load_matches_a_large_sample(big):
 @pytest.mark.parametrize("target, cap, nodes, interarrival",
                          [(0.5, 86400.0, 64, 8.0), (0.9, 5000.0, 128, 3.8)])
 def test_target_load_is_realised(target, cap, nodes, interarrival):
-    g = cluster.preset(nodes).total_gpus
-    cfg = SyntheticConfig(num_jobs=BIG, target_load=target, cluster_gpus=g, max_work_s=cap,
+    g = cluster.work_capacity(cluster.preset(nodes))
+    cfg = SyntheticConfig(num_jobs=BIG, target_load=target, cluster_capacity=g, max_work_s=cap,
                           mean_interarrival_s=interarrival)
     assert synthetic.expected_offered_load(cfg, g) == pytest.approx(target, rel=1e-6)
     jobs = host(gen(jax.random.key(11), cfg))
@@ -205,7 +205,7 @@ def test_target_load_is_realised(target, cap, nodes, interarrival):
 
 def test_target_load_doubles_work_when_load_doubles():
     g = 300
-    lo = SyntheticConfig(num_jobs=10, target_load=0.4, cluster_gpus=g, max_work_s=math.inf)
+    lo = SyntheticConfig(num_jobs=10, target_load=0.4, cluster_capacity=g, max_work_s=math.inf)
     hi = lo.replace(target_load=0.8)
     assert synthetic.effective_median_work_s(hi) == pytest.approx(2 * synthetic.effective_median_work_s(lo))
     a, b = host(gen(jax.random.key(0), lo)), host(gen(jax.random.key(0), hi))
@@ -213,15 +213,15 @@ def test_target_load_doubles_work_when_load_doubles():
     np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
 
 
-def test_target_load_needs_cluster_gpus_and_a_reachable_target():
-    with pytest.raises(ValueError, match="cluster_gpus"):
+def test_target_load_needs_cluster_capacity_and_a_reachable_target():
+    with pytest.raises(ValueError, match="cluster_capacity"):
         SyntheticConfig(target_load=0.9).validate()
-    with pytest.raises(ValueError, match="cluster_gpus"):
+    with pytest.raises(ValueError, match="cluster_capacity"):
         generate(jax.random.key(0), SyntheticConfig(num_jobs=5, target_load=0.9))
     with pytest.raises(ValueError, match="target_load"):
-        SyntheticConfig(target_load=0.9, cluster_gpus=1000, max_work_s=100.0).validate()
+        SyntheticConfig(target_load=0.9, cluster_capacity=1000, max_work_s=100.0).validate()
     with pytest.raises(ValueError, match="job_classes"):
-        SyntheticConfig(target_load=0.5, cluster_gpus=10, job_classes=((0, 0, 100, 100, 1),)).validate()
+        SyntheticConfig(target_load=0.5, cluster_capacity=10, job_classes=((0, 0, 100, 100, 1),)).validate()
 
 
 # ---------------------------------------------------------------- model constraints, deadlines
@@ -277,8 +277,8 @@ def test_each_setting_leaves_the_other_draws_alone(big, big_mixed):
     (dict(constraint_models=("CPU",)), "constraint_models"),
     (dict(constraint_models=()), "constraint_models"),
     (dict(deadline_slack=0.0), "deadline_slack"),
-    (dict(target_load=-0.5, cluster_gpus=10), "target_load"),
-    (dict(cluster_gpus=0), "cluster_gpus"),
+    (dict(target_load=-0.5, cluster_capacity=10), "target_load"),
+    (dict(cluster_capacity=0), "cluster_capacity"),
     (dict(job_classes=()), "job_classes"),
     (dict(job_classes=((1, 1500, 0, 0, 1),)), r"job_classes\[0\].gpu_milli"),
     (dict(job_classes=((1, 500, 0, 0, 1), (2, 500, 0, 0, 1))), r"job_classes\[1\].gpu_milli"),
@@ -300,7 +300,7 @@ def test_validate_names_the_bad_field(changes, field):
 def test_valid_configs_pass():
     for cfg in (SyntheticConfig(), SyntheticConfig(num_jobs=1, pad_to=1, sigma=0.0),
                 SyntheticConfig(model_constraint_prob=1.0, constraint_models=("G2",), deadline_slack=1.0),
-                SyntheticConfig(target_load=0.9, cluster_gpus=327, max_work_s=math.inf)):
+                SyntheticConfig(target_load=0.9, cluster_capacity=327, max_work_s=math.inf)):
         assert cfg.validate() is cfg
 
 
