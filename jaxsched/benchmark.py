@@ -36,7 +36,7 @@ def make_nodes(num_nodes: int) -> cl.NodeTable:
 def make_setup(num_nodes: int, jobs_per_episode: int, running_capacity: int, track_frag: bool = True):
     nodes = make_nodes(num_nodes)
     workload = synthetic.SyntheticConfig(
-        num_jobs=jobs_per_episode, target_load=0.9, cluster_gpus=nodes.total_gpus,
+        num_jobs=jobs_per_episode, target_load=0.9, cluster_capacity=cl.work_capacity(nodes),
         mean_interarrival_s=INTERARRIVAL_S.get(num_nodes, 8.0 * 64 / num_nodes))
     rows = np.repeat(np.asarray(workload.job_classes), np.asarray(workload.job_classes)[:, 4], axis=0)
     frag = classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))

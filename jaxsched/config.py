@@ -26,6 +26,16 @@ from jaxsched.sim.env import EnvConfig
 from jaxsched.workload.synthetic import SyntheticConfig
 
 
+# The built-in run measures loaded clusters (README, "Loaded clusters"): an episode of the
+# synthetic workload on the 64-node preset at offered load 0.9 (8 s between arrivals) is 24 h
+# of warm-up arrivals (the cluster reaches steady state in about 20 h: results/steady_state/),
+# 8 h of measured arrivals, and 8 h more that keep the cluster loaded while the measured jobs
+# wait and run (no measured job starts after the last arrival, at loads up to 0.9).
+WARMUP_JOBS = 10_800
+MEASURED_JOBS = 3_600
+EPISODE_JOBS = 18_000
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     """preset_nodes: size of the openb-mix preset (used unless a node list is given).
@@ -41,20 +51,27 @@ class WorkloadConfig:
     """source: "synthetic" (default, needs no data) or "openb" (a pod-list trace).
 
     For "openb": ``trace`` is the pod list; each episode is a window of ``window_jobs``
-    consecutive arrivals, time-compressed to offered load ``target_load`` on the cluster,
-    cut from the part ``trace_span`` = [lo, hi] of the trace (fractions of its jobs in arrival
-    order; ``jaxsched.train`` cuts its training windows from ``train.trace_span``).
-    For "synthetic": ``synthetic.target_load`` sets the load (its cluster_gpus is filled in
-    from the cluster when left out).
+    consecutive arrivals, work capped at ``max_work_s``, time-compressed to offered load
+    ``target_load`` on the cluster's work capacity, cut from the part ``trace_span`` = [lo, hi]
+    of the trace (fractions of its jobs in arrival order; ``jaxsched.train`` cuts its training
+    windows from ``train.trace_span``). The window's first ``env.warmup_jobs`` pods, which
+    precede the measured ones in the trace, are its warm-up. ``replay = "resample"`` draws
+    each episode's pods with replacement from that part instead, arriving as a Poisson
+    process at the target load (``alibaba.resample``): for steady-state episodes longer than
+    the trace (openb's pods cover about 20 h of arrivals at load 0.9 on 64 nodes).
+    For "synthetic": ``synthetic.target_load`` sets the load (its cluster_capacity is filled
+    in from the cluster when left out).
     """
 
     source: str = "synthetic"
     trace: str = ""
     window_jobs: int = 500
     target_load: float = 0.9
+    max_work_s: float = 8 * 3600.0
+    replay: str = "windows"
     strict: bool = False
     trace_span: tuple = (0.0, 1.0)
-    synthetic: SyntheticConfig = SyntheticConfig(num_jobs=2000, target_load=0.9)
+    synthetic: SyntheticConfig = SyntheticConfig(num_jobs=EPISODE_JOBS, target_load=0.9)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +83,11 @@ class EvalConfig:
     plots: write the PNG plots; timeline_episodes: episodes stepped again to record the
     cluster over time (the allocation/fragmentation plot and timeline.csv; 0 = none).
     sweep_loads: offered loads rho; when given, every scheduler runs at each load (the
-    workload's target load) and sweep.csv / sweep.png are written instead."""
+    workload's target load) and sweep.csv / sweep.png are written instead.
+    warmup_scheduler: "" (default): every scheduler plays its episodes from the first
+    arrival. A registry name (e.g. "first-fit"): that scheduler takes every decision before
+    the first measured job arrives, for every scheduler evaluated, so they are compared
+    from one common loaded start (``policies.warmed_up``)."""
 
     schedulers: tuple = ("first-fit", "best-fit")
     episodes: int = 32
@@ -78,13 +99,14 @@ class EvalConfig:
     plots: bool = True
     timeline_episodes: int = 1
     sweep_loads: tuple = ()
+    warmup_scheduler: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     cluster: ClusterConfig = ClusterConfig()
     workload: WorkloadConfig = WorkloadConfig()
-    env: EnvConfig = EnvConfig()
+    env: EnvConfig = EnvConfig(warmup_jobs=WARMUP_JOBS, measured_jobs=MEASURED_JOBS)
     eval: EvalConfig = EvalConfig()
 
 

@@ -77,23 +77,55 @@ def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
 
 
 def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,
-                   seed: int, target_load: float, span_field: str):
-    """([E, J] numpy ``Jobs``, compression factors): ``num_windows`` windows of the part
-    ``span`` of ``trace``, each compressed to ``target_load`` on the cluster."""
-    part = alibaba.trace_part(trace, span, span_field)
-    windows = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
-    compressed = [alibaba.compress_to_load(win, nodes.total_gpus, target_load) for win in windows]
-    jobs = jax.tree.map(lambda *x: np.stack(x), *[c.to_jobs(pad_to=jobs_per_window) for c, _ in compressed])
-    return jobs, [f for _, f in compressed]
+                   seed: int, target_load: float, span_field: str, max_work_s: float = math.inf,
+                   replay: str = "windows"):
+    """([E, J] numpy ``Jobs``, compression factors): episodes of ``jobs_per_window`` jobs
+    from the part ``span`` of ``trace``, work capped at ``max_work_s``, at offered load
+    ``target_load`` on the cluster's work capacity (jobs no node can hold count as no work).
+    ``replay`` "windows": ``num_windows`` windows of consecutive arrivals, each
+    time-compressed (the factors are returned); "resample": pods drawn with replacement,
+    Poisson arrivals (``alibaba.resample``; factors are NaN)."""
+    part = alibaba.cap_work(alibaba.trace_part(trace, span, span_field), max_work_s)
+    capacity = cl.work_capacity(nodes)
+    if replay == "resample":
+        episodes = alibaba.resample(part, jobs_per_window, num_windows, seed, capacity, target_load,
+                                    runnable=~part.unschedulable_mask(nodes))
+        factors = [math.nan] * len(episodes)
+    elif replay == "windows":
+        windows = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
+        compressed = [alibaba.compress_to_load(win, capacity, target_load,
+                                               runnable=~win.unschedulable_mask(nodes)) for win in windows]
+        episodes, factors = [c for c, _ in compressed], [f for _, f in compressed]
+    else:
+        raise DataError("config", None, "workload.replay", f"must be 'windows' or 'resample', got {replay!r}")
+    jobs = jax.tree.map(lambda *x: np.stack(x), *[e.to_jobs(pad_to=jobs_per_window) for e in episodes])
+    return jobs, factors
+
+
+def with_capacity(syn: synthetic.SyntheticConfig, nodes: cl.NodeTable) -> synthetic.SyntheticConfig:
+    """``syn`` with ``cluster_capacity`` filled in from the cluster when a target load needs it."""
+    if syn.target_load is not None and syn.cluster_capacity is None:
+        syn = syn.replace(cluster_capacity=cl.work_capacity(nodes))
+    return syn
+
+
+def check_measurement(config: cfg_lib.Config) -> None:
+    """The measured jobs must lie inside every episode: a ``DataError`` naming the keys if not."""
+    e, w = config.env, config.workload
+    jobs, key = ((w.synthetic.num_jobs, "workload.synthetic.num_jobs") if w.source == "synthetic"
+                 else (w.window_jobs, "workload.window_jobs"))
+    if e.warmup_jobs + max(e.measured_jobs, 1) > jobs:
+        raise DataError("config", None, "env.warmup_jobs",
+                        f"warm-up {e.warmup_jobs} + measured {e.measured_jobs} jobs do not fit in "
+                        f"episodes of {jobs} jobs ({key})")
 
 
 def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
     """Jobs for every episode ([E, J] arrays), FGD's target workload, and a report dict."""
     w, episodes = config.workload, config.eval.episodes
+    check_measurement(config)
     if w.source == "synthetic":
-        syn = w.synthetic
-        if syn.target_load is not None and syn.cluster_gpus is None:
-            syn = syn.replace(cluster_gpus=nodes.total_gpus)
+        syn = with_capacity(w.synthetic, nodes)
         syn.validate()
         keys = episode_keys(config.eval.seed, episodes, stream=0)
         jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
@@ -101,23 +133,26 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
         rows = np.repeat(np.asarray(syn.job_classes), np.asarray(syn.job_classes)[:, 4], axis=0)
         frag = classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))
         info = {"source": "synthetic", "jobs_per_episode": syn.num_jobs,
-                "expected_offered_load": synthetic.expected_offered_load(syn, nodes.total_gpus)}
+                "mean_interarrival_s": syn.mean_interarrival_s,
+                "median_work_s": synthetic.effective_median_work_s(syn),
+                "expected_offered_load": synthetic.expected_offered_load(syn, cl.work_capacity(nodes))}
         return jobs, frag, info
     if w.source == "openb":
         trace = load_trace(w)
         unschedulable, names = trace.check_schedulable(nodes, strict=w.strict)
         jobs, factors = trace_episodes(trace, nodes, w.trace_span, w.window_jobs, episodes,
-                                       config.eval.seed, w.target_load, "workload.trace_span")
-        info = {"source": "openb", "trace": w.trace, "jobs_per_episode": w.window_jobs,
+                                       config.eval.seed, w.target_load, "workload.trace_span",
+                                       w.max_work_s, w.replay)
+        info = {"source": "openb", "trace": w.trace, "replay": w.replay, "jobs_per_episode": w.window_jobs,
                 "left_out_pending": trace.report.get("left_out_pending", 0),
                 "unschedulable_jobs": unschedulable, "target_load": w.target_load,
-                "trace_span": list(w.trace_span),
+                "max_work_s": w.max_work_s, "trace_span": list(w.trace_span),
                 "compress_factor_min": min(factors), "compress_factor_max": max(factors)}
         return to_device(jobs), trace.frag_classes(), info
     raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")
 
 
-DEFAULT_SWEEP_LOADS = (0.5, 0.7, 0.9, 1.1)
+DEFAULT_SWEEP_LOADS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,6 +175,13 @@ def _compiled_timeline(env: ClusterEnv, policy, num_steps: int):
     return jax.jit(lambda p, j, k: rollout_timeline(env, policy, None, p, j, k, num_steps)[1])
 
 
+def scheduler_policy(name: str, config: cfg_lib.Config):
+    """Registered scheduler ``name``'s policy, after ``eval.warmup_scheduler``'s warm-up if set."""
+    policy = policies.get(name).policy
+    warmup = config.eval.warmup_scheduler
+    return policies.warmed_up(policy, policies.get(warmup).policy) if warmup else policy
+
+
 def run_scheduler(name: str, config: cfg_lib.Config, params: EnvParams, jobs, env_keys,
                   max_steps: int, progress=None):
     """One registered scheduler over all episodes (batched).
@@ -149,7 +191,7 @@ def run_scheduler(name: str, config: cfg_lib.Config, params: EnvParams, jobs, en
     """
     sched = policies.get(name)
     env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
-    run = _compiled_rollout(env, sched.policy, max_steps, sched.turns)
+    run = _compiled_rollout(env, scheduler_policy(name, config), max_steps, sched.turns)
     episodes, batch = config.eval.episodes, config.eval.batch_size
     frames, records = [], []
     for lo in range(0, episodes, batch):
@@ -176,7 +218,8 @@ def run_timeline(name: str, config: cfg_lib.Config, params: EnvParams, jobs, env
     """
     sched = policies.get(name)
     env = ClusterEnv(sched.env_config(config.env))
-    rec = jax.device_get(_compiled_timeline(env, sched.policy, num_steps)(params, jobs, env_keys))
+    rec = jax.device_get(_compiled_timeline(env, scheduler_policy(name, config), num_steps)(
+        params, jobs, env_keys))
     done = np.asarray(rec["done"])
     # Keep steps up to and including the first done one.
     keep = np.cumsum(np.cumsum(done, axis=1), axis=1) <= 1
@@ -214,7 +257,7 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
     nodes = build_nodes(config)
     jobs, params, max_steps, env_keys, info = _setup(config, nodes)
     host_jobs = jax.device_get(jobs)
-    rho = report.offered_load(host_jobs, nodes.total_gpus)
+    rho = report.offered_load(host_jobs, cl.work_capacity(nodes))
     static = config.env.mode == "static"
     want_schedule = config.eval.per_job or config.eval.plots
     n_timeline = min(config.eval.timeline_episodes, config.eval.episodes) if config.eval.plots else 0
@@ -227,27 +270,35 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
             frame["offered_load"] = rho
             frames.append(frame)
             timings[name] = round(time.perf_counter() - start, 3)
-            if want_schedule:
-                schedules.append(report.schedule_frame(name, host_jobs, records, static))
+            if want_schedule:  # every job with --per-job; the plots need the measured ones
+                jobs_frame = report.schedule_frame(name, host_jobs, records, static, config.env.warmup_jobs)
+                schedules.append(jobs_frame if config.eval.per_job else jobs_frame[jobs_frame["measured"]])
             if n_timeline > 0:
                 num_steps = max(int(frame["decisions"][:n_timeline].max()), 1)
                 few = jax.tree.map(lambda x: x[:n_timeline], jobs)
                 timelines.append(run_timeline(name, config, params, few, env_keys[:n_timeline],
                                               num_steps))
     per_episode = pd.concat(frames, ignore_index=True)
-    info.update(nodes=len(nodes), gpus=nodes.total_gpus, episodes=config.eval.episodes,
-                max_steps=max_steps, seconds_per_scheduler=timings)
+    info.update(nodes=len(nodes), gpus=nodes.total_gpus, work_capacity=cl.work_capacity(nodes),
+                episodes=config.eval.episodes, max_steps=max_steps, seconds_per_scheduler=timings)
     return Evaluation(per_episode, report.summarize(per_episode), info,
                       pd.concat(schedules, ignore_index=True) if schedules else None,
                       pd.concat(timelines, ignore_index=True) if timelines else None)
 
 
-def with_load(config: cfg_lib.Config, load: float) -> cfg_lib.Config:
-    """``config`` with the workload's offered load set to ``load`` (synthetic: its
-    target_load; openb: the load the trace windows are compressed to)."""
+def with_load(config: cfg_lib.Config, load: float, nodes: cl.NodeTable) -> cfg_lib.Config:
+    """``config`` with the workload's offered load set to ``load`` by the arrival rate, the
+    work distribution kept (as published load sweeps do): synthetic, the mean inter-arrival
+    scaled by (its load / ``load``) with the work median the config gives; openb, the trace
+    windows compressed to ``load``. The same episode keys then give the same jobs, arriving
+    faster or slower."""
     w = config.workload
     if w.source == "synthetic":
-        w = dataclasses.replace(w, synthetic=w.synthetic.replace(target_load=float(load)))
+        syn = with_capacity(w.synthetic, nodes)
+        base = synthetic.expected_offered_load(syn, cl.work_capacity(nodes))
+        syn = syn.replace(target_load=None, median_work_s=synthetic.effective_median_work_s(syn),
+                          mean_interarrival_s=syn.mean_interarrival_s * base / float(load))
+        w = dataclasses.replace(w, synthetic=syn)
     else:
         w = dataclasses.replace(w, target_load=float(load))
     return dataclasses.replace(config, workload=w)
@@ -267,7 +318,8 @@ def check_loads(loads) -> tuple:
 def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
     """Every scheduler at every load of ``eval.sweep_loads``, on the same episode keys.
 
-    Returns (per-episode frame with a ``load`` column, summary per (scheduler, load), info).
+    Returns (per-episode frame with a ``load`` column, summary per (scheduler, load), the
+    maximum sustainable load per scheduler (``report.max_sustainable_load``), info).
     """
     loads = check_loads(config.eval.sweep_loads)
     nodes = build_nodes(config)
@@ -275,9 +327,9 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
     frames, infos = [], {}
     with tqdm(total=total, desc="sweep", unit="ep", disable=not show_progress) as bar:
         for load in loads:
-            c = with_load(config, load)
+            c = with_load(config, load, nodes)
             jobs, params, max_steps, env_keys, info = _setup(c, nodes)
-            rho = report.offered_load(jax.device_get(jobs), nodes.total_gpus)
+            rho = report.offered_load(jax.device_get(jobs), cl.work_capacity(nodes))
             for name in config.eval.schedulers:
                 frame, _ = run_scheduler(name, c, params, jobs, env_keys, max_steps, bar)
                 frame.insert(1, "load", load)
@@ -286,8 +338,11 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
             infos[str(load)] = info
     per_episode = pd.concat(frames, ignore_index=True)
     info = {"source": config.workload.source, "loads": list(loads), "nodes": len(nodes),
-            "gpus": nodes.total_gpus, "episodes": config.eval.episodes, "per_load": infos}
-    return per_episode, report.summarize(per_episode, by=["scheduler", "load"]), info
+            "gpus": nodes.total_gpus, "work_capacity": cl.work_capacity(nodes),
+            "episodes": config.eval.episodes, "saturation_growth": report.SATURATION_GROWTH,
+            "per_load": infos}
+    return (per_episode, report.summarize(per_episode, by=["scheduler", "load"]),
+            report.max_sustainable_load(per_episode), info)
 
 
 def _write_config(out_dir: Path, config, info) -> None:
@@ -322,18 +377,25 @@ def write_outputs(out_dir: Path, config, result: Evaluation) -> list:
     return written
 
 
-def write_sweep(out_dir: Path, config, per_episode, summary, info) -> list:
-    """Write sweep.csv, sweep_per_episode.csv, config.json and (plots on) sweep.png."""
+def write_sweep(out_dir: Path, config, per_episode, summary, max_load, info) -> list:
+    """Write sweep.csv, sweep_per_episode.csv, max_load.csv / max_load.md, config.json and
+    (plots on) sweep.png (every headline metric) and saturation.png (JCT, queueing delay,
+    allocation and backlog growth against the load, with each scheduler's maximum
+    sustainable load)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary.to_csv(out_dir / "sweep.csv", index=False)
     per_episode.to_csv(out_dir / "sweep_per_episode.csv", index=False)
+    max_load.to_csv(out_dir / "max_load.csv", index=False)
+    (out_dir / "max_load.md").write_text(report.max_load_table(max_load))
     _write_config(out_dir, config, info)
-    written = ["sweep.csv", "sweep_per_episode.csv", "config.json"]
+    written = ["sweep.csv", "sweep_per_episode.csv", "max_load.csv", "max_load.md", "config.json"]
     if config.eval.plots:
         from jaxsched import plots
 
-        if plots.sweep(summary, report.HEADLINE, out_dir / "sweep.png") is not None:
-            written.append("sweep.png")
+        for made in (plots.sweep(summary, report.HEADLINE, out_dir / "sweep.png"),
+                     plots.saturation(summary, max_load, out_dir / "saturation.png")):
+            if made is not None:
+                written.append(made.name)
     return written
 
 
@@ -384,23 +446,26 @@ def main(argv=None) -> int:
         elif args.sweep == "load":
             overrides.append(f"eval.sweep_loads={json.dumps(list(DEFAULT_SWEEP_LOADS))}")
         config = cfg_lib.load(args.config, overrides)
-        for name in config.eval.schedulers:
+        for name in config.eval.schedulers + ((config.eval.warmup_scheduler,) if config.eval.warmup_scheduler else ()):
             policies.get(name)
         out_dir = Path(config.eval.out_dir)
         if config.eval.sweep_loads:
-            per_episode, summary, info = sweep_load(config, show_progress=not args.quiet)
-            written = write_sweep(out_dir, config, per_episode, summary, info)
+            per_episode, summary, max_load, info = sweep_load(config, show_progress=not args.quiet)
+            written = write_sweep(out_dir, config, per_episode, summary, max_load, info)
             print(f"{info['episodes']} episodes x {len(config.eval.schedulers)} schedulers x "
                   f"{len(info['loads'])} loads on {info['nodes']} nodes ({info['gpus']} GPUs), "
                   f"workload: {info['source']}")
             print(report.markdown_table(summary, by=["scheduler", "load"]))
+            print(report.max_load_table(max_load))
         else:
             result = evaluate(config, show_progress=not args.quiet)
             written = write_outputs(out_dir, config, result)
-            info = result.info
+            per_episode, info = result.per_episode, result.info
             print(f"{info['episodes']} episodes x {len(config.eval.schedulers)} schedulers on "
                   f"{info['nodes']} nodes ({info['gpus']} GPUs), workload: {info['source']}")
             print(report.markdown_table(result.summary))
+        for line in report.warnings(per_episode, config.env):
+            print(f"WARNING: {line}", file=sys.stderr)
     except (DataError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -23,6 +23,9 @@ LABELS = {
     "jct_mean": "mean JCT (s)", "jct_p95": "p95 JCT (s)", "queue_delay_mean": "mean queueing delay (s)",
     "slowdown_mean": "mean bounded slowdown", "makespan_s": "makespan (s)",
     "gpu_alloc": "GPU allocation", "frag_rate": "fragmentation rate", "finished": "jobs finished",
+    "work_alloc": "work capacity in use", "backlog_growth": "backlog growth (share of measured jobs)",
+    "queue_len_mean": "mean queue length", "reservations": "reservations",
+    "measured_finished": "measured jobs finished",
     "failed": "jobs failed", "dropped_overflow": "jobs dropped", "unfinished": "jobs unfinished",
 }
 
@@ -168,4 +171,42 @@ def sweep(summary: pd.DataFrame, metrics, path) -> Path | None:
     axes[0].legend(fontsize=7)
     for ax in axes[len(metrics):]:
         ax.set_visible(False)
+    return _save(fig, path)
+
+
+def saturation(summary: pd.DataFrame, max_load: pd.DataFrame, path) -> Path | None:
+    """Mean JCT, mean queueing delay (log scales), GPU allocation and backlog growth against
+    offered load, one line per scheduler (95% CI bars), each scheduler's maximum sustainable
+    load a dotted vertical line in its colour. ``summary``: the sweep summary; ``max_load``:
+    ``report.max_sustainable_load``."""
+    from jaxsched.report import SATURATION_GROWTH
+
+    panels = [("jct_mean", True), ("queue_delay_mean", True), ("work_alloc", False),
+              ("backlog_growth", False)]
+    panels = [(m, log) for m, log in panels if m in summary.columns]
+    if not panels or summary.empty:
+        return None
+    fig = _figure(3.4 * len(panels), 3.0)
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    limit = dict(zip(max_load["scheduler"], max_load["max_load"])) if max_load is not None else {}
+    for ax, (m, log) in zip(axes, panels):
+        for i, (name, group) in enumerate(summary.groupby("scheduler", sort=False)):
+            group = group.sort_values("load")
+            color = f"C{i % 10}"
+            ax.errorbar(group["load"], group[m], yerr=group[f"{m}_ci95"], marker="o", markersize=3,
+                        capsize=2, color=color, label=name)
+            if name in limit:
+                ax.axvline(limit[name], color=color, linestyle=":", linewidth=1)
+        if log:
+            ax.set_yscale("symlog" if (summary[m] <= 0).any() else "log")
+        if m == "backlog_growth":
+            ax.axhline(SATURATION_GROWTH, color="black", linewidth=0.8)
+        if m == "work_alloc":
+            loads = np.sort(summary["load"].unique())
+            ax.plot(loads, loads, color="black", linewidth=0.8, label="ρ")
+        ax.set_title(LABELS.get(m, m), fontsize=9)
+        ax.set_xlabel("offered load ρ", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
     return _save(fig, path)

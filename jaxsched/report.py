@@ -11,9 +11,16 @@ import pandas as pd
 from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED
 
 # Metrics shown in the printed table, in this order (the CSVs hold every metric).
-HEADLINE = ("jct_mean", "jct_p95", "queue_delay_mean", "slowdown_mean", "makespan_s",
-            "gpu_alloc", "frag_rate", "migrations", "finished", "rejected", "failed",
-            "dropped_overflow", "unfinished")
+HEADLINE = ("jct_mean", "jct_p95", "queue_delay_mean", "slowdown_mean", "gpu_alloc",
+            "work_alloc", "frag_rate", "queue_len_mean", "backlog_growth", "reservations",
+            "migrations", "measured_finished", "rejected", "failed", "dropped_overflow")
+
+# A queue is unbounded over the measurement window when its backlog (queued + dropped jobs)
+# averaged over the window's last quarter exceeds that of its first quarter by more than this
+# share of the measured jobs (the ``backlog_growth`` metric). Past saturation by a fraction x,
+# the backlog grows by about 0.75 x of the measured jobs between the quarters, so 0.02 flags
+# loads about 3% past saturation.
+SATURATION_GROWTH = 0.02
 
 
 def summarize(per_episode: pd.DataFrame, by="scheduler") -> pd.DataFrame:
@@ -64,7 +71,7 @@ def _fmt(x: float) -> str:
 OUTCOMES = ("placed", "rejected", "failed", "dropped", "unfinished")
 # The final-state fields ``job_outcomes`` needs (``evaluate`` copies them off the device).
 RECORD_FIELDS = ("outcome", "node", "gpu_bits", "start_s", "end_s", "unschedulable",
-                 "queue", "queue_len", "next_arrival", "time_s")
+                 "queue", "queue_len", "next_arrival", "time_s", "measure_last")
 
 
 def job_outcomes(records: dict, valid, static: bool) -> np.ndarray:
@@ -100,13 +107,16 @@ def job_outcomes(records: dict, valid, static: bool) -> np.ndarray:
     return code
 
 
-def schedule_frame(scheduler: str, jobs, records: dict, static: bool, first_episode: int = 0):
+def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_jobs: int = 0,
+                   first_episode: int = 0):
     """The complete schedule of a batch as a frame: one row per (episode, valid job).
 
     ``jobs``: the batch's ``Jobs`` ([E, J] arrays); ``records``: see ``job_outcomes``.
     Columns: scheduler, episode, job, arrival_s, work_s, num_gpu, gpu_milli, cpu_milli,
     mem_mib, outcome, node (-1 = never placed), gpu_bits (bit g = GPU g of the node),
-    start_s, end_s (empty = never started; static mode: never ends).
+    start_s, end_s (empty = never started; static mode: never ends; a rejected job: when
+    it was rejected), measured (one of the measured jobs: ``warmup_jobs`` .. the episode's
+    ``measure_last``).
     """
     valid = np.asarray(jobs.valid, bool)
     code = job_outcomes(records, valid, static)
@@ -128,16 +138,92 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, first_epis
         "gpu_bits": take(records["gpu_bits"]),
         "start_s": finite(take(records["start_s"])),
         "end_s": finite(take(records["end_s"])),
+        "measured": (idx >= warmup_jobs) & (idx <= np.asarray(records["measure_last"])[eps]),
     })
 
 
-def offered_load(jobs, cluster_gpus: int) -> np.ndarray:
-    """[E] offered load rho of each episode's jobs (SPEC.md): sum of GPUs x work of the
-    valid jobs / (cluster GPUs x arrival span); 0 when the span is 0."""
+def offered_load(jobs, cluster_capacity: float) -> np.ndarray:
+    """[E] offered load rho of each episode's jobs: sum of GPUs x work of the valid jobs /
+    (the cluster's work capacity in speed-1.0 GPUs, ``cluster.work_capacity``, x arrival
+    span); 0 when the span is 0."""
     valid = np.asarray(jobs.valid, bool)
     gpus = np.asarray(jobs.num_gpu, np.float64) * np.asarray(jobs.gpu_milli, np.float64) / GPU_MILLI
     demand = np.where(valid, gpus * np.asarray(jobs.work_s, np.float64), 0.0).sum(-1)
     arrival = np.asarray(jobs.arrival_s, np.float64)
     span = np.where(valid, arrival, -np.inf).max(-1) - np.where(valid, arrival, np.inf).min(-1)
     span = np.where(valid.any(-1), span, 0.0)
-    return np.where(span > 0, demand / (cluster_gpus * np.where(span > 0, span, 1.0)), 0.0)
+    return np.where(span > 0, demand / (cluster_capacity * np.where(span > 0, span, 1.0)), 0.0)
+
+
+def max_sustainable_load(per_episode: pd.DataFrame, growth: float = SATURATION_GROWTH) -> pd.DataFrame:
+    """Each scheduler's maximum sustainable load, from a load sweep's per-episode frame.
+
+    A load is *sustainable* in an episode when its queue stays bounded over the measurement
+    window: ``backlog_growth < growth`` and the episode ended before the step cap. The
+    episode's maximum sustainable load is the load where ``backlog_growth`` first crosses
+    ``growth``, interpolated linearly between the last sustainable load of the grid (every
+    lower one sustainable too) and the next; the lowest load when even that one is not
+    sustainable, the highest when every one is (both counted). Episodes are the same jobs at
+    every load (the sweep scales their arrival rate), so each has its own curve.
+    Returns one row per scheduler: episodes, max_load (mean), max_load_ci95, below_grid
+    (episodes saturated at the lowest load), above_grid (episodes never saturated).
+    """
+    rows = []
+    for name, group in per_episode.groupby("scheduler", sort=False):
+        g = group.pivot_table(index="episode", columns="load", values="backlog_growth")
+        done = group.pivot_table(index="episode", columns="load", values="done")
+        loads = np.asarray(g.columns, np.float64)
+        values, below, above = [], 0, 0
+        for ep in g.index:
+            grow = g.loc[ep].to_numpy(np.float64)
+            bad = (grow >= growth) | (done.loc[ep].to_numpy() < 1)
+            if not bad.any():
+                values.append(loads[-1])
+                above += 1
+                continue
+            i = int(np.argmax(bad))
+            if i == 0:
+                values.append(loads[0])
+                below += 1
+                continue
+            lo, hi = grow[i - 1], grow[i]
+            frac = (growth - lo) / (hi - lo) if hi > lo else 0.0
+            values.append(loads[i - 1] + float(np.clip(frac, 0.0, 1.0)) * (loads[i] - loads[i - 1]))
+        values = np.asarray(values)
+        half = 1.96 * values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+        rows.append({"scheduler": name, "episodes": len(values), "max_load": values.mean(),
+                     "max_load_ci95": half, "below_grid": below, "above_grid": above})
+    return pd.DataFrame(rows)
+
+
+def max_load_table(max_load: pd.DataFrame) -> str:
+    """Markdown table of ``max_sustainable_load``'s rows, highest load first."""
+    lines = ["| scheduler | max sustainable load ρ (mean ± 95% CI) | episodes | below grid | above grid |",
+             "|---|---|---:|---:|---:|"]
+    for _, r in max_load.sort_values("max_load", ascending=False).iterrows():
+        lines.append(f"| {r['scheduler']} | {r['max_load']:.3f} ± {r['max_load_ci95']:.3f} | "
+                     f"{int(r['episodes'])} | {int(r['below_grid'])} | {int(r['above_grid'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def warnings(per_episode: pd.DataFrame, env_config) -> list:
+    """What a run must say out loud, not only in a CSV column: jobs dropped from a full queue,
+    episodes cut at the step cap, measured jobs that started after the last arrival."""
+    out = []
+    by = [c for c in ("scheduler", "load") if c in per_episode.columns]
+    for key, g in per_episode.groupby(by, sort=False):
+        where = ", ".join(f"{k} {v}" for k, v in zip(by, key if isinstance(key, tuple) else (key,)))
+        dropped = int(g["dropped_overflow"].sum())
+        if dropped:
+            out.append(f"{where}: {dropped} jobs dropped from a full queue in "
+                       f"{int((g['dropped_overflow'] > 0).sum())} of {len(g)} episodes "
+                       f"(env.queue_capacity = {env_config.queue_capacity}): the queue grew past it")
+        capped = int((g["done"] < 1).sum())
+        if capped:
+            out.append(f"{where}: {capped} of {len(g)} episodes hit the step cap (eval.max_steps) "
+                       "before every measured job had left")
+        late = int(g["started_after_arrivals"].sum()) if "started_after_arrivals" in g else 0
+        if late:
+            out.append(f"{where}: {late} measured jobs started after the last arrival: too few jobs "
+                       "after the measured ones to keep the cluster loaded")
+    return out

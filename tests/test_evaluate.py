@@ -24,17 +24,19 @@ from jaxsched.workload import classes, synthetic
 
 NODES = 4
 # A small, stressed run: model-constrained jobs for models the 4-node preset lacks fail and
-# a short queue overflows (dropped). (Rejected and unfinished jobs: see the outcome test.)
-# The sweep test runs the same shapes, so it reuses the compiled rollouts.
+# a short queue overflows (dropped); jobs 20..59 are measured. (Rejected and unfinished jobs:
+# see the outcome test.) The sweep test runs the same shapes, so it reuses the compiled rollouts.
 TINY = [
     f"cluster.preset_nodes={NODES}",
     "workload.synthetic.num_jobs=80",
     "workload.synthetic.mean_interarrival_s=20.0",
-    "workload.synthetic.target_load=1.5",
+    "workload.synthetic.target_load=3.0",
     "workload.synthetic.model_constraint_prob=0.2",
     "env.window=4",
     "env.queue_capacity=6",
     "env.running_capacity=64",
+    "env.warmup_jobs=20",
+    "env.measured_jobs=40",
     "eval.episodes=4",
     "eval.batch_size=4",
 ]
@@ -72,7 +74,7 @@ def test_per_job_csv_is_a_complete_schedule_matching_the_metrics(cli_run):
     eps = pd.read_csv(cli_run / "per_episode.csv")
     assert list(jobs.columns) == ["scheduler", "episode", "job", "arrival_s", "work_s", "num_gpu",
                                   "gpu_milli", "cpu_milli", "mem_mib", "outcome", "node",
-                                  "gpu_bits", "start_s", "end_s"]
+                                  "gpu_bits", "start_s", "end_s", "measured"]
     counts = (jobs.groupby(["scheduler", "episode"])["outcome"].value_counts()
               .unstack(fill_value=0).reindex(columns=list(report.OUTCOMES), fill_value=0))
     metrics = eps.set_index(["scheduler", "episode"]).loc[counts.index]
@@ -92,8 +94,10 @@ def test_per_job_csv_is_a_complete_schedule_matching_the_metrics(cli_run):
     # Each started GPU job holds num_gpu GPUs; CPU-only jobs hold none.
     gpus = jobs.loc[started, "gpu_bits"].map(lambda b: bin(int(b)).count("1"))
     np.testing.assert_array_equal(gpus, jobs.loc[started, "num_gpu"])
-    # Mean JCT of the placed rows is the per-episode metric.
-    placed = jobs[jobs["outcome"] == "placed"].assign(jct=lambda f: f["end_s"] - f["arrival_s"])
+    # Mean JCT of the measured placed rows is the per-episode metric.
+    np.testing.assert_array_equal(jobs.groupby(["scheduler", "episode"])["measured"].sum(),
+                                  metrics["measured_jobs"])
+    placed = jobs[(jobs["outcome"] == "placed") & jobs["measured"]].assign(jct=lambda f: f["end_s"] - f["arrival_s"])
     jct = placed.groupby(["scheduler", "episode"])["jct"].mean()
     np.testing.assert_allclose(jct.to_numpy(), eps.set_index(["scheduler", "episode"])
                                .loc[jct.index, "jct_mean"], rtol=1e-4)
@@ -176,8 +180,8 @@ run_rollout = jax.jit(lambda p, j, k, cap: rollout(ENV, random_legal, None, p, j
 @functools.lru_cache(maxsize=None)
 def small_batch(num_eps=6, num_jobs=40):
     nodes = cl.preset(NODES)
-    syn = synthetic.SyntheticConfig(num_jobs=num_jobs, mean_interarrival_s=15.0, target_load=1.5,
-                                    cluster_gpus=nodes.total_gpus, model_constraint_prob=0.2)
+    syn = synthetic.SyntheticConfig(num_jobs=num_jobs, mean_interarrival_s=15.0, target_load=3.0,
+                                    cluster_capacity=cl.work_capacity(nodes), model_constraint_prob=0.2)
     keys = evaluate.episode_keys(3, num_eps, stream=1)
     jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
     frag = classes.target_workload([4000, 4000], [1000, 500], [1, 1], ["", ""])  # cpu, gpu, num

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def episode_setup():
     """The env, params, jobs [4, J] and keys every process builds identically."""
     nodes = cl.preset(8)
-    syn = synthetic.SyntheticConfig(num_jobs=40, target_load=0.9, cluster_gpus=nodes.total_gpus,
+    syn = synthetic.SyntheticConfig(num_jobs=40, target_load=0.9, cluster_capacity=cl.work_capacity(nodes),
                                     mean_interarrival_s=30.0)
     params = to_device(EnvParams(cl.to_cluster(nodes), classes.target_workload([4000], [500], [1], [""])))
     keys = jax.random.split(jax.random.key(7), 4)
@@ -57,7 +57,8 @@ def test_two_processes_gather_the_single_process_results():
     results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
 
     run_env, params, jobs, keys = episode_setup()
-    _, expected = rollout(run_env, get("best-fit").policy, None, params, jobs, keys, 300)
+    _, expected = jax.jit(lambda p, j, k: rollout(run_env, get("best-fit").policy, None, p, j, k, 300))(
+        params, jobs, keys)
     for result in results:
         assert result["devices"] == n and result["local_devices"] == 1
         for name, values in expected.items():

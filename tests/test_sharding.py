@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent("""
     from jaxsched.workload import synthetic, classes
 
     nodes = cl.preset(8)
-    syn = synthetic.SyntheticConfig(num_jobs=60, target_load=0.9, cluster_gpus=nodes.total_gpus,
+    syn = synthetic.SyntheticConfig(num_jobs=60, target_load=0.9, cluster_capacity=cl.work_capacity(nodes),
                                     mean_interarrival_s=30.0)
     frag = classes.target_workload([4000, 8000], [500, 1000], [1, 1], ["", ""])
     params = to_device(EnvParams(cl.to_cluster(nodes), frag))
@@ -57,18 +57,24 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run(devices: int, whole_loop: bool = False) -> dict:
+def start(devices: int, whole_loop: bool = False) -> subprocess.Popen:
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                JAX_PLATFORMS="cpu")
     argv = ["whole-loop"] if whole_loop else []
-    done = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parents[1], timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return subprocess.Popen([sys.executable, "-c", SCRIPT, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=Path(__file__).resolve().parents[1])
+
+
+def result(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out)
 
 
 def test_sharded_rollout_matches_unsharded_episode_by_episode():
-    four, one, whole = run(4), run(1), run(4, whole_loop=True)
+    processes = start(4), start(1), start(4, whole_loop=True)  # side by side: mostly compiling
+    four, one, whole = map(result, processes)
     assert (four["devices"], one["devices"], whole["devices"]) == (4, 1, 4)
     assert four["chunk"] > 1 and whole["chunk"] == 1  # episodes batched; each alone
     assert whole["one-kernel loops"] > four["one-kernel loops"]  # the episode loops too
