@@ -171,14 +171,14 @@ def setup(run: RunConfig):
         trace = ev.load_trace(w)
         trace.check_schedulable(nodes, strict=w.strict)  # as ev.build_workload: strict refuses
         workload, _ = ev.trace_episodes(trace, nodes, tc.trace_span, tc.train_jobs, tc.trace_windows,
-                                        tc.seed, w.target_load, "train.trace_span")
+                                        tc.seed, w.target_load, "train.trace_span", w.max_work_s, w.replay)
         frag = trace.frag_classes()  # as ev.build_workload's
     else:
         _, frag, _ = ev.build_workload(dataclasses.replace(
             config, eval=dataclasses.replace(config.eval, episodes=1)), nodes)
         workload = w.synthetic
-        if workload.target_load is not None and workload.cluster_gpus is None:
-            workload = workload.replace(cluster_gpus=nodes.total_gpus)
+        if workload.target_load is not None and workload.cluster_capacity is None:
+            workload = workload.replace(cluster_capacity=cl.work_capacity(nodes))
     env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
     return ClusterEnv(config.env), env_params, workload, nodes
 
@@ -312,6 +312,8 @@ def agent_episodes(config: cfg_lib.Config, agent: ddqn.AgentConfig, graphdef):
     env_keys = ev.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
     env = ClusterEnv(config.env)
     policy = ddqn.greedy_policy(graphdef, agent)
+    if config.eval.warmup_scheduler:  # as ``evaluate`` runs every other scheduler
+        policy = policies.warmed_up(policy, policies.get(config.eval.warmup_scheduler).policy)
     fn = jax.jit(lambda p, pp, j, k: sharded_rollout(  # stepping: a network is a costly policy
         env, policy, pp, p, j, k, max_steps, turns=None)[1])
     batch, episodes = config.eval.batch_size, config.eval.episodes

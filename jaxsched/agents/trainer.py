@@ -31,7 +31,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxsched import policies
 from jaxsched.agents import ddqn
+from jaxsched.rollout import warm_up
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, Jobs, Observation
 from jaxsched.workload import synthetic
@@ -54,7 +56,10 @@ class TrainConfig:
     (``EnvConfig.reward``, in job-hours by default). trace_span, trace_windows: with a trace
     workload (``workload.source = "openb"``), training episodes are ``trace_windows`` windows
     of ``train_jobs`` jobs cut from the part ``trace_span`` of the trace (keep it disjoint from
-    ``workload.trace_span``, where the evaluation windows come from).
+    ``workload.trace_span``, where the evaluation windows come from). warmup_scheduler: ""
+    (default), the agent plays every episode from its first arrival; a registry name (e.g.
+    "first-fit"): that heuristic plays each episode until its first measured job arrives
+    (``env.warmup_jobs``) and the agent learns from there, on a loaded cluster.
     """
 
     seed: int = 0
@@ -80,6 +85,7 @@ class TrainConfig:
     reward_scale: float = 1.0
     trace_span: tuple = (0.0, 1.0)
     trace_windows: int = 128
+    warmup_scheduler: str = ""
     num_seeds: int = 1
     valid_episodes: int = 0
     valid_seed: int = 2000
@@ -165,9 +171,14 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         sample_sequence_length=n + 1, period=1)
 
     def reset_envs(key):
-        k_jobs, k_env = jax.random.split(key)
+        k_jobs, k_env, k_warm = jax.random.split(key, 3)
         jobs = draw_jobs(k_jobs)
-        return jax.vmap(env.reset, in_axes=(0, None, 0))(jax.random.split(k_env, num_envs), env_params, jobs)
+        state, obs = jax.vmap(env.reset, in_axes=(0, None, 0))(jax.random.split(k_env, num_envs), env_params, jobs)
+        if config.warmup_scheduler:
+            warm = policies.get(config.warmup_scheduler).policy
+            state, obs = jax.vmap(lambda s, o, k: warm_up(env, warm, env_params, s, o, k))(
+                state, obs, jax.random.split(k_warm, num_envs))
+        return state, obs
 
     # The graphdef is static: build it once from an example observation.
     _, example_obs = jax.eval_shape(reset_envs, jax.random.key(0))

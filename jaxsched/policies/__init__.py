@@ -9,7 +9,10 @@ elasticflow, hops, r&p and rescheduling (whose internals are not public): docs/s
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
+
+import jax
 
 from jaxsched.policies.best_fit import best_fit
 from jaxsched.policies.dot_product import dot_product
@@ -87,6 +90,20 @@ REGISTRY = {
                   "with speed vs packing weighted by queue pressure", queue_order="fifo"),
     )
 }
+
+
+@functools.lru_cache(maxsize=None)
+def warmed_up(policy: Callable, warmup_policy: Callable) -> Callable:
+    """A policy that lets ``warmup_policy`` (a heuristic: no params) take the decisions of
+    the warm-up, before the first measured job arrives (``obs.measure_from_s``), and
+    ``policy`` every later one: schedulers compared after one common warm-up, and a learned
+    scheduler that is trained and run on a loaded cluster without playing its warm-up
+    (``eval.warmup_scheduler``, ``train.warmup_scheduler``). Cached: the same pair gives the
+    same function, so jitted rollouts compile once."""
+    def policy_after_warmup(params, obs, key):
+        return jax.lax.cond(obs.time_s < obs.measure_from_s, lambda: warmup_policy(None, obs, key),
+                            lambda: policy(params, obs, key))
+    return policy_after_warmup
 
 
 def get(name: str) -> Scheduler:

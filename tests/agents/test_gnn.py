@@ -16,7 +16,7 @@ def _observation(num_nodes, window, seed=0):
     nodes = cl.preset(num_nodes)
     params = to_device(EnvParams(cl.to_cluster(nodes), classes.target_workload([4000], [500], [1], [""])))
     env = ClusterEnv(EnvConfig(window=window, queue_capacity=32, running_capacity=64))
-    syn = synthetic.SyntheticConfig(num_jobs=30, target_load=1.5, cluster_gpus=nodes.total_gpus)
+    syn = synthetic.SyntheticConfig(num_jobs=30, target_load=1.5, cluster_capacity=cl.work_capacity(nodes))
     key = jax.random.key(seed)
     state, obs = env.reset(key, params, synthetic.generate(key, syn))
     for i in range(12):  # build a queue so several window slots are filled

@@ -157,7 +157,7 @@ def test_training_on_trace_windows_uses_only_the_training_span(openb_dir):
                    "workload.trace_span=[0.5, 1.0]", "train.trace_span=[0.0, 0.5]", "train.trace_windows=8")
     env, env_params, bank, _ = train_lib.setup(run)
     assert bank.arrival_s.shape == (8, run.train.train_jobs)
-    pods = alibaba.load_openb_pods(trace, mode="dynamic")
+    pods = alibaba.cap_work(alibaba.load_openb_pods(trace, mode="dynamic"), run.base.workload.max_work_s)
     first_half = set(alibaba.trace_part(pods, (0.0, 0.5)).work_s.astype(np.float32))
     second_half = set(alibaba.trace_part(pods, (0.5, 1.0)).work_s.astype(np.float32))
     work = set(np.asarray(bank.work_s)[np.asarray(bank.valid)])
