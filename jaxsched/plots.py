@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -192,13 +193,15 @@ def saturation(summary: pd.DataFrame, max_load: pd.DataFrame, path) -> Path | No
     for ax, (m, log) in zip(axes, panels):
         for i, (name, group) in enumerate(summary.groupby("scheduler", sort=False)):
             group = group.sort_values("load")
-            color = f"C{i % 10}"
+            color = matplotlib.colormaps["tab20"](i % 20)  # 12 registered schedulers: C0..C9 would repeat
             ax.errorbar(group["load"], group[m], yerr=group[f"{m}_ci95"], marker="o", markersize=3,
                         capsize=2, color=color, label=name)
             if name in limit:
                 ax.axvline(limit[name], color=color, linestyle=":", linewidth=1)
         if log:
             ax.set_yscale("symlog" if (summary[m] <= 0).any() else "log")
+            if (summary[m] <= 0).any():
+                ax.set_ylim(bottom=0)  # delays are never negative
         if m == "backlog_growth":
             ax.axhline(SATURATION_GROWTH, color="black", linewidth=0.8)
         if m == "work_alloc":
