@@ -66,7 +66,7 @@ def start(devices: int, whole_loop: bool = False) -> subprocess.Popen:
                             cwd=Path(__file__).resolve().parents[1])
 
 
-def result(process: subprocess.Popen) -> dict:
+def finish(process: subprocess.Popen) -> dict:
     out, err = process.communicate(timeout=600)
     assert process.returncode == 0, err[-3000:]
     return json.loads(out)
@@ -74,7 +74,7 @@ def result(process: subprocess.Popen) -> dict:
 
 def test_sharded_rollout_matches_unsharded_episode_by_episode():
     processes = start(4), start(1), start(4, whole_loop=True)  # side by side: mostly compiling
-    four, one, whole = map(result, processes)
+    four, one, whole = map(finish, processes)
     assert (four["devices"], one["devices"], whole["devices"]) == (4, 1, 4)
     assert four["chunk"] > 1 and whole["chunk"] == 1  # episodes batched; each alone
     assert whole["one-kernel loops"] > four["one-kernel loops"]  # the episode loops too
