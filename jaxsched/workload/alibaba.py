@@ -592,7 +592,9 @@ def resample(workload: TraceWorkload, num_jobs: int, num_episodes: int, seed: in
     rng = np.random.default_rng(seed)
     out = []
     for e in range(num_episodes):
-        pick = np.sort(rng.integers(0, len(workload), num_jobs))  # file order among equal arrivals
+        # Drawn independently of position: a sorted draw would replay the trace's drift in
+        # job mix (openb's middle part is heavier) and move the load across the episode.
+        pick = rng.integers(0, len(workload), num_jobs)
         arrival = np.cumsum(rng.exponential(gap, num_jobs))
         out.append(workload.take(pick, resampled_from=len(workload), episode=e, mean_gap_s=gap,
                                  offered_load=float(rho), cluster_capacity=float(cluster_capacity))

@@ -462,6 +462,28 @@ def test_offered_load_by_hand():
         A.offered_load([0, 5], [1, 1], [1, 1], [1000, 1000], 0)
 
 
+def test_resample_offers_the_load_in_every_part_of_the_episode(tmp_path):
+    # A trace whose pods grow heavier with time (work 10 s .. 1,000 s in file order): resampled
+    # episodes take the mix, not the order, so each third of an episode offers rho, and a pod
+    # that no node can hold counts as no work.
+    n = 200
+    rows = "".join(f"p-{i:03d},1000,1024,1,1000,,LS,Running,{i},{i + 10 + 5 * i},{i}\n" for i in range(n))
+    w = A.load_openb_pods(write(tmp_path, "p.csv", OPENB_HEADER + rows))
+    episodes = A.resample(w, num_jobs=6000, num_episodes=2, seed=0, cluster_capacity=4.0, rho=0.8)
+    assert [len(e) for e in episodes] == [6000, 6000]
+    assert not np.array_equal(episodes[0].names, episodes[1].names)
+    for e in episodes:
+        assert (np.diff(e.arrival_s) > 0).all()
+        thirds = np.array_split(np.arange(6000), 3)
+        mean_work = [e.work_s[t].mean() for t in thirds]
+        assert max(mean_work) / min(mean_work) < 1.1, mean_work  # sorted draws: ~5x
+        assert e.offered_load(4.0) == pytest.approx(0.8, rel=0.06)
+    runnable = np.arange(n) % 2 == 0  # half the pods count as no work: arrivals twice as fast
+    half = A.resample(w, 6000, 1, 0, 4.0, 0.8, runnable=runnable)[0]
+    assert half.report["mean_gap_s"] == pytest.approx(episodes[0].report["mean_gap_s"] * w.work_s[runnable].sum()
+                                                      / w.work_s.sum())
+
+
 def test_raw_openb_load_is_tiny(default_csv):
     # README: replayed as is, the trace keeps only a small share of the 6,212 GPUs busy
     w = A.load_openb_pods(default_csv)
