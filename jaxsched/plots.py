@@ -25,6 +25,7 @@ LABELS = {
     "slowdown_mean": "mean bounded slowdown", "makespan_s": "makespan (s)",
     "gpu_alloc": "GPU allocation", "frag_rate": "fragmentation rate", "finished": "jobs finished",
     "work_alloc": "work capacity in use", "backlog_growth": "backlog growth (share of measured jobs)",
+    "backlog_work_growth": "backlog growth (share of measured work)",
     "queue_len_mean": "mean queue length", "reservations": "reservations",
     "measured_finished": "measured jobs finished",
     "failed": "jobs failed", "dropped_overflow": "jobs dropped", "unfinished": "jobs unfinished",
@@ -183,7 +184,7 @@ def saturation(summary: pd.DataFrame, max_load: pd.DataFrame, path) -> Path | No
     from jaxsched.report import SATURATION_GROWTH
 
     panels = [("jct_mean", True), ("queue_delay_mean", True), ("work_alloc", False),
-              ("backlog_growth", False)]
+              ("backlog_work_growth", False)]
     panels = [(m, log) for m, log in panels if m in summary.columns]
     if not panels or summary.empty:
         return None
@@ -202,7 +203,7 @@ def saturation(summary: pd.DataFrame, max_load: pd.DataFrame, path) -> Path | No
             ax.set_yscale("symlog" if (summary[m] <= 0).any() else "log")
             if (summary[m] <= 0).any():
                 ax.set_ylim(bottom=0)  # delays are never negative
-        if m == "backlog_growth":
+        if m == "backlog_work_growth":
             ax.axhline(SATURATION_GROWTH, color="black", linewidth=0.8)
         if m == "work_alloc":
             loads = np.sort(summary["load"].unique())

@@ -269,7 +269,8 @@ class ReferenceSim:
         self.reservations = 0
         # Time integrals over the measurement interval, in float64: allocated milli * s,
         # allocated milli * speed * s, F * s, jobs in the system * s, queued jobs * s, and
-        # (queued + dropped so far) * s over the interval's first and last quarter.
+        # (queued + dropped so far) * s over the interval's first and last quarter, and the
+        # same for their GPU work (GPUs x work at speed 1.0; ``waiting_work``: queued + dropped).
         self.alloc_milli_s = 0.0
         self.work_milli_s = 0.0
         self.frag_milli_s = 0.0
@@ -277,6 +278,9 @@ class ReferenceSim:
         self.queue_s = 0.0
         self.backlog_first_s = 0.0
         self.backlog_last_s = 0.0
+        self.waiting_work = 0.0
+        self.backlog_work_first = 0.0
+        self.backlog_work_last = 0.0
 
         self._advance()
 
@@ -469,7 +473,12 @@ class ReferenceSim:
         if j == self.resv_job:
             self.resv_job = self.resv_node = -1
 
+    def _gpu_work(self, j: int) -> float:
+        job = self.jobs[j]
+        return job.num_gpu * job.gpu_milli / GPU_MILLI * float(job.work_s)
+
     def _remove_from_queue(self, j: int) -> None:
+        self.waiting_work -= self._gpu_work(j)
         i = self.queue.index(j)
         del self.queue[i]
         del self.queue_keys[i]
@@ -516,6 +525,8 @@ class ReferenceSim:
         backlog = len(self.queue) + self.dropped_overflow
         self.backlog_first_s += backlog * within(lo, lo + quarter)
         self.backlog_last_s += backlog * within(hi - quarter, hi)
+        self.backlog_work_first += self.waiting_work * within(lo, lo + quarter)
+        self.backlog_work_last += self.waiting_work * within(hi - quarter, hi)
         self.time_s = np.float32(t_next)
 
     def _wait(self) -> None:
@@ -610,6 +621,7 @@ class ReferenceSim:
         if self.unschedulable[j]:
             self.failed += 1
             return
+        self.waiting_work += self._gpu_work(j)  # queued or dropped: it waits from now on
         if len(self.queue) >= self.config.queue_capacity:
             self.dropped_overflow += 1
             return
@@ -730,7 +742,8 @@ class ReferenceSim:
         metrics["time_in_system_mean"] = 0.0 if static else jct(left)
         metrics["episode_jct_mean"] = 0.0 if static else jct(finished_mask)
         metrics.update(self._episode_metrics(end_s, finished_mask, static))
-        metrics.update(self._resource_metrics(int(measured.sum()), static))
+        measured_work = sum(self._gpu_work(j) for j in np.flatnonzero(measured))
+        metrics.update(self._resource_metrics(int(measured.sum()), measured_work, static))
         return {
             "outcome": np.array(self.outcome, np.int32),
             "node": np.array(self.node, np.int32),
@@ -769,7 +782,7 @@ class ReferenceSim:
         return {"makespan_s": makespan_s,
                 "throughput_per_h": float(finished_mask.sum() / (makespan_s / 3600.0)) if makespan_s > 0 else 0.0}
 
-    def _resource_metrics(self, num_measured: int, static: bool) -> dict:
+    def _resource_metrics(self, num_measured: int, measured_work: float, static: bool) -> dict:
         def ratio(num, den):
             return float(num / den) if den > 0 else 0.0
 
@@ -785,6 +798,7 @@ class ReferenceSim:
                 "frag_amount": ratio(frag, self.cluster_milli),
                 "frag_rate": ratio(frag, self.idle_milli()),
                 "jobs_in_system": 0.0, "queue_len_mean": 0.0, "backlog_growth": 0.0,
+                "backlog_work_growth": 0.0,
                 "measure_span_s": 0.0,
             }
         else:
@@ -799,6 +813,8 @@ class ReferenceSim:
                 "queue_len_mean": ratio(self.queue_s, span_s),
                 "backlog_growth": ratio(self.backlog_last_s - self.backlog_first_s,
                                         span_s / 4 * num_measured),
+                "backlog_work_growth": ratio(self.backlog_work_last - self.backlog_work_first,
+                                             span_s / 4 * measured_work),
                 "measure_span_s": span_s,
             }
         if not self.config.track_frag:

@@ -12,14 +12,16 @@ from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJE
 
 # Metrics shown in the printed table, in this order (the CSVs hold every metric).
 HEADLINE = ("jct_mean", "jct_p95", "queue_delay_mean", "slowdown_mean", "gpu_alloc",
-            "work_alloc", "frag_rate", "queue_len_mean", "backlog_growth", "reservations",
+            "work_alloc", "frag_rate", "queue_len_mean", "backlog_work_growth", "reservations",
             "migrations", "measured_finished", "rejected", "failed", "dropped_overflow")
 
-# A queue is unbounded over the measurement window when its backlog (queued + dropped jobs)
-# averaged over the window's last quarter exceeds that of its first quarter by more than this
-# share of the measured jobs (the ``backlog_growth`` metric). Past saturation by a fraction x,
-# the backlog grows by about 0.75 x of the measured jobs between the quarters, so 0.02 flags
-# loads about 3% past saturation.
+# A queue is unbounded over the measurement window when its backlog of work (the GPU work of
+# queued and dropped jobs) averaged over the window's last quarter exceeds that of its first
+# quarter by more than this share of the measured jobs' GPU work (the ``backlog_work_growth``
+# metric). Past saturation by a fraction x of the load, the backlog grows by about 0.75 x of
+# the measured work between the quarters, so 0.02 flags loads about 3% past saturation.
+# Counted in work, not jobs: a scheduler that starts small jobs first (sjf) keeps its backlog
+# in jobs short while the large ones pile up (``backlog_growth`` counts jobs).
 SATURATION_GROWTH = 0.02
 
 
@@ -159,8 +161,8 @@ def max_sustainable_load(per_episode: pd.DataFrame, growth: float = SATURATION_G
     """Each scheduler's maximum sustainable load, from a load sweep's per-episode frame.
 
     A load is *sustainable* in an episode when its queue stays bounded over the measurement
-    window: ``backlog_growth < growth`` and the episode ended before the step cap. The
-    episode's maximum sustainable load is the load where ``backlog_growth`` first crosses
+    window: ``backlog_work_growth < growth`` and the episode ended before the step cap. The
+    episode's maximum sustainable load is the load where ``backlog_work_growth`` first crosses
     ``growth``, interpolated linearly between the last sustainable load of the grid (every
     lower one sustainable too) and the next; the lowest load when even that one is not
     sustainable, the highest when every one is (both counted). Episodes are the same jobs at
@@ -170,7 +172,7 @@ def max_sustainable_load(per_episode: pd.DataFrame, growth: float = SATURATION_G
     """
     rows = []
     for name, group in per_episode.groupby("scheduler", sort=False):
-        g = group.pivot_table(index="episode", columns="load", values="backlog_growth")
+        g = group.pivot_table(index="episode", columns="load", values="backlog_work_growth")
         done = group.pivot_table(index="episode", columns="load", values="done")
         loads = np.asarray(g.columns, np.float64)
         values, below, above = [], 0, 0

@@ -152,6 +152,22 @@ def test_load_sweep_writes_one_row_per_scheduler_and_load(tmp_path):
     assert len(pd.read_csv(tmp_path / "sweep_per_episode.csv")) == 2 * 2 * 4
 
 
+def test_max_sustainable_load_interpolates_each_episodes_work_backlog_growth():
+    # Episode 0 crosses the 0.02 test halfway between 0.8 and 0.9; episode 1 is already past
+    # it at 0.7 (below the grid); episode 2 never crosses it (above the grid), although its
+    # backlog in jobs grows (sjf-like: the count is not the test); episode 3 hit the step cap
+    # at 0.9, which counts as unbounded.
+    growth = {0: [0.0, 0.01, 0.03], 1: [0.05, 0.06, 0.07], 2: [0.0, 0.001, 0.002], 3: [0.0, 0.0, 0.0]}
+    rows = [{"scheduler": "x", "episode": ep, "load": load, "backlog_work_growth": g[i],
+             "backlog_growth": 0.5 if ep == 2 else g[i], "done": 0 if (ep, load) == (3, 0.9) else 1}
+            for ep, g in growth.items() for i, load in enumerate((0.7, 0.8, 0.9))]
+    row = report.max_sustainable_load(pd.DataFrame(rows)).iloc[0]
+    values = np.array([0.85, 0.7, 0.9, 0.8])
+    assert row["max_load"] == pytest.approx(values.mean())
+    assert row["max_load_ci95"] == pytest.approx(1.96 * values.std(ddof=1) / 2)
+    assert (row["episodes"], row["below_grid"], row["above_grid"]) == (4, 1, 1)
+
+
 def test_unknown_set_key_exits_2_naming_the_key(tmp_path, capsys):
     assert run_cli("--set", "eval.no_such_key=3", "--out", str(tmp_path)) == 2
     err = capsys.readouterr().err

@@ -108,6 +108,26 @@ def _masked_percentiles(values, mask, qs):
     return jnp.where(mask.any(), out, 0.0)
 
 
+def _backlog_work_growth(state, span, measured, placed, rejected):
+    """The backlog of work, from the jobs' records: (mean over the measurement interval's
+    last quarter - mean over its first) of the GPU work (GPUs x work at speed 1.0) of the jobs
+    waiting (queued, or dropped from a full queue: from their arrival on, until they start,
+    are rejected or the episode stops), as a share of the measured jobs' GPU work. Jobs no
+    node can hold never wait. Summed job by job: each job's (last - first) overlap is one term."""
+    jobs, core = state.jobs, state.core
+    gpu_work = jobs.num_gpu.astype(jnp.float32) * jobs.gpu_milli.astype(jnp.float32) / GPU_MILLI * jobs.work_s
+    arrived = jnp.arange(jobs.num_jobs) < core.next_arrival
+    waited = jobs.valid & arrived & ~state.unschedulable
+    until = jnp.where(placed, state.start_s, jnp.where(rejected, state.end_s, jnp.inf))
+    until = jnp.maximum(jnp.minimum(until, core.time_s), jobs.arrival_s)
+    lo, hi = core.measure_from_s, core.measure_to_s
+    quarter = span * jnp.float32(0.25)
+    first = _overlap(jobs.arrival_s, until, lo, lo + quarter)
+    last = _overlap(jobs.arrival_s, until, hi - quarter, hi)
+    growth = ordered_sum(jnp.where(waited, gpu_work * (last - first), 0.0))
+    return _safe_div(growth, quarter * ordered_sum(jnp.where(measured, gpu_work, 0.0)))
+
+
 def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = True,
               warmup_jobs: int = 0) -> dict:
     """Per-episode metrics of a (finished or capped) episode as a dict of scalars.
@@ -159,7 +179,7 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
         frag_amount = _safe_div(frag, total_milli)
         frag_rate = _safe_div(frag, total_milli - alloc_milli)
         zero = jnp.float32(0.0)
-        jobs_in_system = queue_len_mean = backlog_growth = span = zero
+        jobs_in_system = queue_len_mean = backlog_growth = backlog_work_growth = span = zero
     else:
         span = jnp.maximum(core.measure_to_s - core.measure_from_s, 0.0)
         used = ordered_sum(acc.used_integral)
@@ -172,6 +192,7 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
         queue_len_mean = _safe_div(acc.queue_integral, span)
         # Mean backlog of the last quarter minus the first, per measured job.
         backlog_growth = _safe_div(acc.backlog_last - acc.backlog_first, span * 0.25 * n_measured)
+        backlog_work_growth = _backlog_work_growth(state, span, measured, placed, rejected)
     if not track_frag:  # EnvConfig.track_frag off: fragmentation was not kept
         frag_amount = frag_rate = jnp.float32(jnp.nan)
 
@@ -209,6 +230,7 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
         "jobs_in_system": jobs_in_system,
         "queue_len_mean": queue_len_mean,
         "backlog_growth": backlog_growth,
+        "backlog_work_growth": backlog_work_growth,
         "measure_span_s": span,
         "reservations": acc.reservations,
         "migrations": acc.migrations,
