@@ -941,19 +941,21 @@ class ClusterEnv:
     def _advance(self, state: SimState, params: EnvParams) -> SimState:
         """Process events until a decision point or the end of the episode.
 
-        The inner loop carries only ``core``. It stops early when a rescheduling pass is due;
-        the pass then runs here, on the whole state (it rewrites moved jobs' records), and
-        the loop resumes. Passes are rare (one per ``resched_interval_s``).
+        The inner loop carries only ``core``. It stops early when a rescheduling pass or a
+        reservation is due; that runs here, on the whole state (a pass rewrites moved jobs'
+        records), and the loop resumes. Both are rare (a pass per ``resched_interval_s``).
+        One loop, the due work first (a no-op when none is due, as after an action), so the
+        event loop is traced and compiled once.
         """
-        state = state.replace(core=self._event_loop(state, params))
         if not self.config.interrupts:
-            return state
-
-        def run_then_resume(state):
-            state = self._run_interrupt(state, params)
             return state.replace(core=self._event_loop(state, params))
 
-        return jax.lax.while_loop(lambda s: self.interrupted(s.core), run_then_resume, state)
+        def resume(carry):
+            state = self._run_interrupt(carry[0], params)
+            state = state.replace(core=self._event_loop(state, params))
+            return state, self.interrupted(state.core)
+
+        return jax.lax.while_loop(lambda carry: carry[1], resume, (state, jnp.bool_(True)))[0]
 
     def interrupted(self, core: Core):
         """The event loop stopped for work it leaves to ``_advance``: a rescheduling pass or
