@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
-import jax
-import pytest
+import os
 
-from jaxsched import paths
+# Several xdist workers may share one GPU: none may grab most of its memory up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from jaxsched import paths  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compilation_cache(request, tmp_path_factory):
+    """One persistent XLA compilation cache for the whole run, shared by the xdist workers.
+
+    Many modules compile the same env and rollout (same config, same padded shapes), and
+    ``release_compiled_programs`` drops the in-memory copies after each module; with the
+    cache a repeat is a disk read instead of a compile. The folder lives under pytest's base
+    temp (``.parent`` is the folder every worker of one run shares), so runs never share it.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):  # an xdist worker
+        root = root.parent
+    folder = root / "xla-cache"
+    folder.mkdir(exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    yield
 
 
 @pytest.fixture(scope="module", autouse=True)

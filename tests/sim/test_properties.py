@@ -164,14 +164,13 @@ def test_same_key_same_episode_and_vmap_equals_one_by_one(cluster, seed, data):
 SCHEDULE_CASES = {  # every code path the loop schedules treat differently: (env, turns)
     "dynamic": (ENV, 1),
     "static": (STATIC_ENV, 2),
-    "sjf-small": (ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=3,
-                                       queue_order="sjf")), 3),
-    "rescheduling": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10,
-                                          resched_interval_s=40.0, migration_pause_s=7.0)), 2),
-    "reserve": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10,
-                                     reserve_after_s=15.0, warmup_jobs=3, measured_jobs=12)), 2),
-    "strict": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10, backfill=False,
-                                    queue_order="edf")), 1),
+    # A small queue and running set (drops, a full running set), SJF order, the strict window.
+    "strict-sjf-small": (ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=3,
+                                              queue_order="sjf", backfill=False)), 3),
+    # Both interrupts of the event loop (rescheduling passes and reservations), the measurement window.
+    "interrupts": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10,
+                                        resched_interval_s=40.0, migration_pause_s=7.0,
+                                        reserve_after_s=15.0, warmup_jobs=3, measured_jobs=12)), 2),
 }
 
 
