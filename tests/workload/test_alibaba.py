@@ -478,7 +478,7 @@ def test_resample_offers_the_load_in_every_part_of_the_episode(tmp_path):
         mean_work = [e.work_s[t].mean() for t in thirds]
         assert max(mean_work) / min(mean_work) < 1.1, mean_work  # sorted draws: ~5x
         assert e.offered_load(4.0) == pytest.approx(0.8, rel=0.06)
-    runnable = np.arange(n) % 2 == 0  # half the pods count as no work: arrivals twice as fast
+    runnable = np.arange(n) % 2 == 0  # half the pods count as no work: the gap shrinks with the work
     half = A.resample(w, 6000, 1, 0, 4.0, 0.8, runnable=runnable)[0]
     assert half.report["mean_gap_s"] == pytest.approx(episodes[0].report["mean_gap_s"] * w.work_s[runnable].sum()
                                                       / w.work_s.sum())
