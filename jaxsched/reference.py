@@ -825,11 +825,12 @@ class ReferenceSim:
 # ---------------------------------------------------------------------- heuristics
 #
 # SPEC.md "Heuristic schedulers" and docs/schedulers.md, read directly. A *node rule*
-# scores one node for window job j: ``rule(sim, j, n) -> int``, higher wins. Node-rule
-# schedulers take the first window slot whose job fits some node and put it on the feasible
-# node with the top score, ties to the lowest ``node_rank``. elasticflow and hops choose
-# the window slot too (*window rules*, ``rule(sim) -> flat action``). Integer formulas are
-# computed exactly; FGD's float32 arithmetic is done in float32, as the env does it.
+# scores one node for window job j: ``rule(sim, j, n) -> int`` (r&p: a tuple, compared in
+# order), higher wins. Node-rule schedulers take the first window slot whose job fits some
+# node and put it on the feasible node with the top score, ties to the lowest ``node_rank``.
+# elasticflow and hops choose the window slot too (*window rules*, ``rule(sim) -> flat
+# action``). Integer formulas are computed exactly; FGD's float32 arithmetic is done in
+# float32, as the env does it.
 
 
 def _leftover(sim: ReferenceSim, j: int, n: int) -> Fraction:
@@ -896,6 +897,28 @@ def _gpu_packing_score(sim: ReferenceSim, j: int, n: int) -> int:
             return max(100 - tightest * 100 // GPU_MILLI // 10, 50)
         return max(50 - 1, 33)
     return max(50 - job.num_gpu, 33)
+
+
+# r&p's thresholds (docs/schedulers.md, "r&p").
+R_AND_P_HIGH_END_SPEED = 1.0  # a node with GPUs at least this fast is high-end
+R_AND_P_HIGH_DEMAND_GPUS = 2  # a job asking for at least this many GPUs is high-demand
+
+
+def _reserving_packing_score(sim: ReferenceSim, j: int, n: int) -> tuple:
+    """r&p, Reserving-and-Packing (docs/schedulers.md), compared as a tuple, in order:
+
+    1. the node is in the job's pool: high-end nodes (GPUs with speed >= 1.0) for jobs of
+       >= 2 GPUs, the other nodes (weaker GPUs, or none) for every other job;
+    2. the gpu-packing score;
+    3. the least allocated share of the node's GPUs, used milli / (1000 * GPUs), exactly
+       (0 on a node without GPUs).
+    """
+    job = sim.jobs[j]
+    gpus = sim._free_gpus(n)
+    high_end = len(gpus) > 0 and sim.speed[n] >= R_AND_P_HIGH_END_SPEED
+    in_pool = high_end == (job.num_gpu >= R_AND_P_HIGH_DEMAND_GPUS)
+    share = Fraction(GPU_MILLI * len(gpus) - sum(gpus), GPU_MILLI * len(gpus)) if gpus else Fraction(0)
+    return (in_pool, _gpu_packing_score(sim, j, n), -share)
 
 
 def _gpu_class(job: _Job):
@@ -1134,7 +1157,8 @@ NODE_RULES = {
     "spread": _spread_score,
     "dot-product": _dot_product_score,
     "gpu-packing": _gpu_packing_score,
-    "r&p": _gpu_packing_score,  # plus rescheduling passes (RefConfig.resched_*)
+    "r&p": _reserving_packing_score,
+    "pack-resched": _gpu_packing_score,  # plus rescheduling passes (RefConfig.resched_*)
     "gpu-clustering": _gpu_clustering_score,
     "fgd": _fgd_score,
 }

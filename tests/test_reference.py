@@ -420,6 +420,30 @@ def test_gpu_packing_tiers_by_hand():
     assert out["gpu_bits"].tolist() == [0b1, 0b1, 0b10, 0b11, 0b100, 0]
 
 
+
+def test_reserving_packing_by_hand():
+    # Static mode; n0 V100 8 GPUs (speed 1.0: high-end), n1 T4 2 GPUs, n2 P100 2 GPUs (weak),
+    # n3 a CPU-only node (weak, though the CPU "model" has speed 1.0). Jobs of >= 2 GPUs go
+    # high-end, the rest weak; gpu-packing inside the pool, then the least allocated share.
+    #   j0 2 GPUs: high-end n0 (gpu-packing alone: an empty 2-GPU node, 31 against 25) g0 g1
+    #   j1 0.5: n1, n2 both empty, 31, share 0 -> rank: n1 g0 (500 free)
+    #   j2 1 GPU: n1 used (49) against n2 empty (31) -> n1 g1
+    #   j3 1 GPU: n1 has no wholly free GPU; n2 -> g0
+    #   j4 0.5: n1's partly used g0 (500 free): tier 1, 95; n2 49 -> n1 g0
+    #   j5 2 GPUs: n0 g2 g3;  j6 1 GPU: the weak pool's last GPU, n2 g1
+    #   j7 1 GPU: the weak pool is full: falls back to n0 (g4)
+    #   j8 CPU-only: packing 0 everywhere in its pool; n1 and n2 are fully allocated, n3 (no
+    #      GPUs) counts 0 -> n3
+    cluster = make_cluster(("V100", 8, 64000, 262144), ("T4", 2, 64000, 262144),
+                           ("P100", 2, 64000, 262144), ("CPU", 0, 64000, 262144))
+    jobs = make_jobs([gpu_job(0, 10, num_gpu=2), gpu_job(1, 10, gpu_milli=500), gpu_job(2, 10),
+                      gpu_job(3, 10), gpu_job(4, 10, gpu_milli=500), gpu_job(5, 10, num_gpu=2),
+                      gpu_job(6, 10), gpu_job(7, 10), (8, 10, 0, 0, 1000, 1024)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(mode="static"), "r&p")
+    assert out["node"].tolist() == [0, 1, 1, 2, 1, 0, 2, 0, 3]
+    assert out["gpu_bits"].tolist() == [0b11, 0b1, 0b10, 0b1, 0b1, 0b1100, 0b10, 0b10000, 0]
+    assert run(cluster, jobs, ONE_GPU_CLASS, RefConfig(mode="static"), "gpu-packing")["node"][0] == 1
+
 def test_gpu_clustering_uses_exact_job_classes():
     # Static mode, two 2-GPU nodes. Score: 25 * (8000 - free) // 8000 + class bonus.
     #   j0 0.5: both 18 + 25 (no GPU job) = 43 -> n0 (rank), g0

@@ -3,7 +3,8 @@
 A policy is ``policy(params, obs, key) -> flat action`` (see ``sim.env``); heuristics take
 ``params=None``. Add your own by writing such a function and registering it here.
 Definitions: ../shared/SPEC.md, "Heuristic schedulers"; the project's exact readings of
-elasticflow, hops, r&p and rescheduling (whose internals are not public): docs/schedulers.md.
+elasticflow, hops, r&p's thresholds and rescheduling (whose internals are not public):
+docs/schedulers.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from jaxsched.policies.gpu_clustering import gpu_clustering
 from jaxsched.policies.gpu_packing import gpu_packing
 from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
+from jaxsched.policies.reserving_packing import reserving_packing
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -79,9 +81,11 @@ REGISTRY = {
         Scheduler("fgd", fgd, "fgd", "Fragmentation Gradient Descent (Weng et al., ATC '23)",
                   turns=None),
         Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
-        Scheduler("r&p", gpu_packing, "best-fit",
-                  "reschedule & pack: gpu-packing plus DRR's periodic migration pass",
-                  rescheduling=True),
+        Scheduler("r&p", reserving_packing, "best-fit",
+                  "Alibaba's Reserving-and-Packing (NSDI '22): high-end GPUs for multi-GPU jobs, "
+                  "the rest packed on weaker GPUs, load balancing second"),
+        Scheduler("pack-resched", gpu_packing, "best-fit",
+                  "gpu-packing plus DRR's periodic migration pass", rescheduling=True),
         Scheduler("elasticflow", elasticflow, "buddy",
                   "ElasticFlow-style: deadline admission control, EDF, buddy GPU blocks",
                   queue_order="edf"),

@@ -46,11 +46,13 @@ REGISTRY_CASES = [  # (mode, scheduler, tie break); the rest of the config is th
     ("dynamic", "sjf", "permutation"),
     ("dynamic", "elasticflow", "permutation"),
     ("dynamic", "hops", "identity"),
+    ("dynamic", "r&p", "permutation"),
     ("static", "dot-product", "permutation"),
     ("static", "gpu-packing", "identity"),
     ("static", "gpu-clustering", "permutation"),
     ("static", "best-fit", "identity"),
     ("static", "fgd", "identity"),
+    ("static", "r&p", "identity"),
 ]
 EXACT_METRICS = ("decisions", "invalid_actions", "jobs_total", "placed", "finished", "rejected",
                  "failed", "dropped_overflow", "unfinished", "running_full", "done", "migrations",

@@ -51,7 +51,7 @@ def run_both(env, policy, cluster, jobs, seed):
     return state, got, ref
 
 
-@pytest.mark.parametrize("policy", ["first-fit", "best-fit", "r&p"])
+@pytest.mark.parametrize("policy", ["first-fit", "best-fit", "pack-resched"])
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
 def test_migrating_episode_matches_reference(policy, cluster, jobs, seed):
@@ -155,9 +155,11 @@ def test_busy_episodes_migrate_and_match_reference(seed, queue):
     assert_same_metrics(got, ref["metrics"])
 
 
-def test_r_and_p_turns_rescheduling_on_with_drr_values_unless_the_run_sets_its_own():
-    drr = get("r&p").env_config(EnvConfig())
+def test_pack_resched_turns_rescheduling_on_with_drr_values_unless_the_run_sets_its_own():
+    drr = get("pack-resched").env_config(EnvConfig())
     assert (drr.resched_interval_s, drr.resched_max_moves, drr.resched_util_threshold) == (3600.0, 5, 0.5)
     assert drr.gpu_rule == "best-fit"
-    assert get("r&p").env_config(EnvConfig(resched_interval_s=900.0)).resched_interval_s == 900.0
+    assert get("pack-resched").policy is get("gpu-packing").policy
+    assert get("pack-resched").env_config(EnvConfig(resched_interval_s=900.0)).resched_interval_s == 900.0
     assert get("gpu-packing").env_config(EnvConfig()).resched_interval_s == 0.0
+    assert get("r&p").env_config(EnvConfig()).resched_interval_s == 0.0  # Reserving-and-Packing
