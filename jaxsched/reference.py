@@ -29,6 +29,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from jaxsched import actions
 from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED
 
 # Fixed maxima of the published BestFit score (SPEC.md, best-fit).
@@ -393,7 +394,7 @@ class ReferenceSim:
 
     def wait_action(self) -> int:
         """The flat index of the wait action, K*N + K."""
-        return self.K * self.N + self.K
+        return actions.wait(self.K, self.N)
 
     def _wait_legal(self) -> bool:
         if self.config.mode == "static":
@@ -404,12 +405,12 @@ class ReferenceSim:
         """Whether the flat ``action`` is legal now (semantics.md, Actions)."""
         action = int(action)
         K, N = self.K, self.N
-        if self.done or action < 0 or action > K * N + K:
+        if self.done or action < 0 or action > actions.wait(K, N):
             return False
-        if action < K * N:
-            return bool(self.place_mask()[action // N, action % N])
-        if action < K * N + K:
-            return action - K * N < len(self.window())
+        if actions.is_place(action, K, N):
+            return bool(self.place_mask()[actions.place_slot_node(action, N)])
+        if actions.is_reject(action, K, N):
+            return actions.reject_slot(action, K, N) < len(self.window())
         return self._wait_legal()
 
     def action_mask(self) -> np.ndarray:
@@ -430,10 +431,11 @@ class ReferenceSim:
                 self._wait()
             return  # an illegal action with no legal wait changes nothing
         K, N = self.K, self.N
-        if action < K * N:
-            self._place(self.window()[action // N], action % N)
-        elif action < K * N + K:
-            self._reject(self.window()[action - K * N])
+        if actions.is_place(action, K, N):
+            slot, node = actions.place_slot_node(action, N)
+            self._place(self.window()[slot], node)
+        elif actions.is_reject(action, K, N):
+            self._reject(self.window()[actions.reject_slot(action, K, N)])
         else:
             self._wait()
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from jaxsched import actions
 from jaxsched.types import Observation
 
 
@@ -48,5 +49,5 @@ def best_node(scores, feasible, node_rank):
 def place_or_wait(obs: Observation, slot, node):
     """Flat action placing ``slot`` on ``node``, or wait when nothing in the window fits."""
     num_slots, num_nodes = obs.place_mask.shape
-    wait = obs.action_mask.shape[0] - 1
-    return jnp.where(obs.place_mask.any(), slot * num_nodes + node, wait).astype(jnp.int32)
+    return jnp.where(obs.place_mask.any(), actions.place(slot, node, num_nodes),
+                     actions.wait(num_slots, num_nodes)).astype(jnp.int32)

@@ -12,6 +12,7 @@ window job k would end if started now on node n (the env's float32 arithmetic):
 
 import jax.numpy as jnp
 
+from jaxsched import actions
 from jaxsched.policies.best_fit import best_fit_scores
 from jaxsched.policies.common import best_node, can_run_empty, window_job
 
@@ -32,7 +33,7 @@ def elasticflow(params, obs, key):
     ok = obs.place_mask & meets  # [K, N]
     slot = jnp.argmax(ok.any(-1))
     node = best_node(best_fit_scores(obs, window_job(obs, slot)), ok[slot], obs.node_rank)
-    reject = num_slots * num_nodes + jnp.argmax(hopeless)
-    wait = num_slots * num_nodes + num_slots
-    place = slot * num_nodes + node
+    reject = actions.reject(jnp.argmax(hopeless), num_slots, num_nodes)
+    wait = actions.wait(num_slots, num_nodes)
+    place = actions.place(slot, node, num_nodes)
     return jnp.where(hopeless.any(), reject, jnp.where(ok.any(), place, wait)).astype(jnp.int32)

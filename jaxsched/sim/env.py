@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsched import actions
 from jaxsched.sim import frag, metrics, resources
 from jaxsched.sim.resources import GPU_RULES
 from jaxsched.types import (
@@ -211,8 +212,7 @@ class ClusterEnv:
     # ----- sizes ---------------------------------------------------------------------------
     def num_actions(self, params: EnvParams) -> int:
         """K*N place actions, K reject actions, one wait."""
-        k, n = self.config.window, params.cluster.num_nodes
-        return k * n + k + 1
+        return actions.num_actions(self.config.window, params.cluster.num_nodes)
 
     def wait_action(self, params: EnvParams) -> int:
         return self.num_actions(params) - 1
@@ -334,17 +334,18 @@ class ClusterEnv:
 
         # Decode the flat action and test it against the current masks.
         window = self._window(core)
-        is_place = (action >= 0) & (action < k_max * n_nodes)
-        slot = jnp.where(is_place, action // n_nodes, action - k_max * n_nodes)
+        is_place = actions.is_place(action, k_max, n_nodes)
+        place_slot, n = actions.place_slot_node(action, n_nodes)
+        slot = jnp.where(is_place, place_slot, actions.reject_slot(action, k_max, n_nodes))
         slot = jnp.clip(slot, 0, k_max - 1)
-        n = jnp.clip(action % n_nodes, 0, n_nodes - 1)
-        is_reject = (action >= k_max * n_nodes) & (action < k_max * n_nodes + k_max)
+        n = jnp.clip(n, 0, n_nodes - 1)
+        is_reject = actions.is_reject(action, k_max, n_nodes)
         j = jnp.maximum(window[slot], 0)
         legal_place = (is_place & ((core.window_fit[n] >> slot) & 1 == 1)
                        & self._has_room(core))  # = place_mask[slot, n]
         legal_reject = is_reject & (slot < core.win_len)
         future = self._future_event_exists(core, jobs)
-        legal_wait = (action == k_max * n_nodes + k_max) & future
+        legal_wait = actions.is_wait(action, k_max, n_nodes) & future
         legal = legal_place | legal_reject | legal_wait
         place, reject = live & legal_place, live & legal_reject
         wait = live & (legal_wait | (~legal & future))
