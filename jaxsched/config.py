@@ -126,6 +126,15 @@ def _coerce(value, kind, where: tuple):
     return value
 
 
+def check_positive_ints(obj, names) -> None:
+    """A ``ValueError`` naming ``Type.field`` for the first of ``names`` of the dataclass ``obj``
+    that is not an integer >= 1 (for a config's ``__post_init__``)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{type(obj).__name__}.{name} = {value!r}: must be a positive integer")
+
+
 def from_dict(cls, data: dict, path="config", prefix=""):
     """Build dataclass ``cls`` from a (nested) dict, starting from its defaults."""
     return _merge(cls(), data, path, prefix)

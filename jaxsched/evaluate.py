@@ -157,13 +157,14 @@ DEFAULT_SWEEP_LOADS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1)
 
 @functools.lru_cache(maxsize=None)
 def _compiled_rollout(env: ClusterEnv, policy, max_steps: int, turns: int | None = TURNS):
-    """Jitted rollout -> (metrics, the final-state fields of ``report.RECORD_FIELDS``).
+    """Jitted ``run(policy_params, env_params, jobs, keys)`` -> (metrics, the final-state
+    fields of ``report.RECORD_FIELDS``).
 
     Cached, so a sweep (or a second evaluation in one process) compiles once per scheduler.
     With several local devices the episodes are split across them (``sharded_rollout``).
     """
-    def run(params, jobs, keys):
-        state, metrics = sharded_rollout(env, policy, None, params, jobs, keys, max_steps, turns)
+    def run(policy_params, params, jobs, keys):
+        state, metrics = sharded_rollout(env, policy, policy_params, params, jobs, keys, max_steps, turns)
         records = {f: getattr(state, f) if hasattr(state, f) else getattr(state.core, f)
                    for f in report.RECORD_FIELDS}
         return metrics, records
@@ -175,29 +176,35 @@ def _compiled_timeline(env: ClusterEnv, policy, num_steps: int):
     return jax.jit(lambda p, j, k: rollout_timeline(env, policy, None, p, j, k, num_steps)[1])
 
 
-def scheduler_policy(name: str, config: cfg_lib.Config):
-    """Registered scheduler ``name``'s policy, after ``eval.warmup_scheduler``'s warm-up if set."""
-    policy = policies.get(name).policy
+def _scheduler(sched: str | policies.Scheduler) -> policies.Scheduler:
+    return policies.get(sched) if isinstance(sched, str) else sched
+
+
+def scheduler_policy(sched: str | policies.Scheduler, config: cfg_lib.Config):
+    """A scheduler's policy (a registry name, or a ``Scheduler`` such as a trained agent's),
+    after ``eval.warmup_scheduler``'s warm-up if set."""
+    policy = _scheduler(sched).policy
     warmup = config.eval.warmup_scheduler
     return policies.warmed_up(policy, policies.get(warmup).policy) if warmup else policy
 
 
-def run_scheduler(name: str, config: cfg_lib.Config, params: EnvParams, jobs, env_keys,
-                  max_steps: int, progress=None):
-    """One registered scheduler over all episodes (batched).
+def run_scheduler(sched: str | policies.Scheduler, config: cfg_lib.Config, params: EnvParams, jobs,
+                  env_keys, max_steps: int, progress=None, policy_params=None):
+    """One scheduler over all episodes (batched): a registry name, or a ``Scheduler`` such as
+    a trained agent's (``policy_params``: its network parameters), through the same rollout.
 
     Returns (per-episode metrics frame, records): records holds ``report.RECORD_FIELDS`` of
     the final states as host arrays with a leading [E] axis (for the per-job schedule).
     """
-    sched = policies.get(name)
+    sched = _scheduler(sched)
     env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
-    run = _compiled_rollout(env, scheduler_policy(name, config), max_steps, sched.turns)
+    run = _compiled_rollout(env, scheduler_policy(sched, config), max_steps, sched.turns)
     episodes, batch = config.eval.episodes, config.eval.batch_size
     frames, records = [], []
     for lo in range(0, episodes, batch):
         hi = min(lo + batch, episodes)
         chunk = jax.tree.map(lambda x: x[lo:hi], jobs)
-        metrics, recs = jax.device_get(run(params, chunk, env_keys[lo:hi]))
+        metrics, recs = jax.device_get(run(policy_params, params, chunk, env_keys[lo:hi]))
         frame = pd.DataFrame({k: np.asarray(v) for k, v in metrics.items()})
         frame.insert(0, "episode", np.arange(lo, hi))
         frames.append(frame)
@@ -205,7 +212,7 @@ def run_scheduler(name: str, config: cfg_lib.Config, params: EnvParams, jobs, en
         if progress is not None:
             progress.update(hi - lo)
     out = pd.concat(frames, ignore_index=True)
-    out.insert(0, "scheduler", name)
+    out.insert(0, "scheduler", sched.name)
     return out, {k: np.concatenate([r[k] for r in records]) for k in report.RECORD_FIELDS}
 
 
@@ -218,7 +225,7 @@ def run_timeline(name: str, config: cfg_lib.Config, params: EnvParams, jobs, env
     """
     sched = policies.get(name)
     env = ClusterEnv(sched.env_config(config.env))
-    rec = jax.device_get(_compiled_timeline(env, scheduler_policy(name, config), num_steps)(
+    rec = jax.device_get(_compiled_timeline(env, scheduler_policy(sched, config), num_steps)(
         params, jobs, env_keys))
     done = np.asarray(rec["done"])
     # Keep steps up to and including the first done one.

@@ -1,9 +1,14 @@
-"""Train the GNN Double-DQN scheduler, then evaluate it beside every baseline:
-``python -m jaxsched.train`` (default config: configs/gnn_ddqn.toml).
+"""Train a learned scheduler, then evaluate it beside every baseline:
+``python -m jaxsched.train --config configs/gnn_ddqn.toml`` (the default) or
+``--config configs/drr_64.toml``.
 
 The run config is a normal run config (``[cluster] [workload] [env] [eval]``, see
-``jaxsched.config``) plus ``[agent]`` (``agents.ddqn.AgentConfig``) and ``[train]``
-(``agents.trainer.TrainConfig``). ``--set section.key=value`` overrides any of them.
+``jaxsched.config``) plus ``[agent]`` and ``[train]``. ``[agent] kind`` picks the learner
+(``jaxsched.agents.LEARNERS``: "gnn-ddqn", the default, or "drr"), whose settings class
+reads the rest of ``[agent]`` (``agents.ddqn.AgentConfig``, ``agents.drr.DRRConfig``);
+``[train]`` is what every learner's loop shares (``agents.training.TrainConfig``).
+``--set section.key=value`` overrides any of them; DRR's published flags (``--lr_actor
+0.04``, ``--use_imitation True``, ``--num-node 64``, ...) work too (``published_overrides``).
 
 Training runs ``train.num_seeds`` independent runs side by side (seeds ``train.seed + i``,
 vmapped, split across local devices when their count divides it). At every checkpoint and at
@@ -13,7 +18,8 @@ and the agent with the lowest validation mean JCT so far is the one evaluated: a
 seed and of checkpoint made without the held-out episodes.
 
 Writes under ``eval.out_dir`` (``results/runs/<run>/``):
-  train_log.csv       one row per (jitted chunk, run): return, loss, mean Q, epsilon, env steps/s
+  train_log.csv       one row per (jitted chunk, run): return, env steps/s and the learner's
+                      own fields (GNN-DDQN: loss, mean Q, epsilon; DRR: losses, entropy, beta)
   valid_log.csv       one row per (validation, run): validation mean JCT
   checkpoints/        orbax checkpoints every ``train.checkpoint_every`` updates and at the end
                       (every run and the agent kept so far)
@@ -34,9 +40,10 @@ Workloads: synthetic (each training episode a fresh draw from the training key),
 ``train.trace_span`` of it, evaluation windows from ``workload.trace_span``
 (``configs/gnn_ddqn_openb.toml`` splits the trace in halves).
 
-Evaluation: the trained greedy policy runs through ``jaxsched.rollout.rollout`` on exactly
-the episodes ``jaxsched.evaluate`` builds from ``[eval]`` (its seed is not the training
-seed), beside every registered scheduler.
+Evaluation: the trained greedy policy, as a ``policies.Scheduler`` (``Trainer.scheduler``),
+runs through ``evaluate.run_scheduler`` (the rollout of every heuristic) on exactly the
+episodes ``jaxsched.evaluate`` builds from ``[eval]`` (its seed is not the training seed),
+beside every registered scheduler.
 """
 
 from __future__ import annotations
@@ -57,29 +64,36 @@ import pandas as pd
 from tqdm import tqdm
 
 from jaxsched.devices import configure_cpu
+from jaxsched import agents
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import evaluate as ev
 from jaxsched import policies, report
-from jaxsched.agents import checkpoint, ddqn, trainer
+from jaxsched.agents import checkpoint, training
 from jaxsched.errors import DataError
-from jaxsched.rollout import sharded_rollout
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, to_device
 
 DEFAULT_CONFIG = "configs/gnn_ddqn.toml"
-AGENT_NAME = "gnn-ddqn"
-LOG_FIELDS = ("update", "run", "env_steps", "episodes_finished", "return", "train_mean_jct_s",
-              "reward_per_step", "loss", "q_mean", "epsilon", "env_steps_per_s", "updates_per_s",
-              "wall_s")
+COMMON_LOG_FIELDS = ("update", "run", "env_steps", "episodes_finished", "return", "train_mean_jct_s",
+                     "reward_per_step")
+TIMING_LOG_FIELDS = ("env_steps_per_s", "updates_per_s", "wall_s")
 VALID_FIELDS = ("update", "run", "seed", "valid_jct_s")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     base: cfg_lib.Config
-    agent: ddqn.AgentConfig
-    train: trainer.TrainConfig
+    agent: object                 # the learner's settings (agents.LEARNERS[agent.kind].config)
+    train: training.TrainConfig
+
+    @property
+    def learner(self) -> agents.Learner:
+        return agents.get(self.agent.kind)
+
+    @property
+    def log_fields(self) -> tuple:
+        return COMMON_LOG_FIELDS + self.learner.log_fields + TIMING_LOG_FIELDS
 
 
 def load(path=None, overrides=()) -> RunConfig:
@@ -99,8 +113,17 @@ def load(path=None, overrides=()) -> RunConfig:
     base = cfg_lib._merge(cfg_lib.Config(), data, where, "")
     for text in base_overrides:
         base = cfg_lib._merge(base, cfg_lib.parse_override(text), "--set", "")
-    return RunConfig(base, cfg_lib.from_dict(ddqn.AgentConfig, extra["agent"], where, "agent."),
-                     cfg_lib.from_dict(trainer.TrainConfig, extra["train"], where, "train."))
+    kind = extra["agent"].get("kind", agents.ddqn.AgentConfig.kind)
+    if kind not in agents.LEARNERS:
+        raise DataError(where, None, "agent.kind", f"unknown learner {kind!r}; known: {sorted(agents.LEARNERS)}")
+    agent_cls = agents.LEARNERS[kind].config
+    agent_fields = {f.name for f in dataclasses.fields(agent_cls)}
+    moved = sorted(set(extra["train"]) & agent_fields - {f.name for f in dataclasses.fields(training.TrainConfig)})
+    if moved:
+        raise DataError(where, None, f"train.{moved[0]}", f"is a setting of the learner: write it in [agent] "
+                        f"(agent.{moved[0]}); [train] holds what every learner shares")
+    return RunConfig(base, cfg_lib.from_dict(agent_cls, extra["agent"], where, "agent."),
+                     cfg_lib.from_dict(training.TrainConfig, extra["train"], where, "train."))
 
 
 def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
@@ -116,6 +139,63 @@ def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
     return dataclasses.replace(run, base=base)
 
 
+# DRR's published command line (../shared/SPEC.md, "DRR") -> run config keys. Flags naming
+# a field of the learner's settings (``--lr_actor 0.04``, ``--use_imitation True``, ...) set
+# ``agent.<flag>``; these others are checked or mapped here.
+PUBLISHED_FLAGS = {"num_node": "cluster.preset_nodes", "interarrival_time": "workload.synthetic.mean_interarrival_s"}
+DERIVED_FLAGS = ("init_dim", "action_space", "scheduler")
+
+
+def published_overrides(tokens, agent_cls) -> tuple[list, dict]:
+    """(``section.key=value`` overrides, flags to check against the built config) of DRR-style
+    flags (``--name value`` or ``--name=value``; dashes and underscores alike), or a
+    ``DataError`` naming an unknown flag."""
+    overrides, derived, i = [], {}, 0
+    fields = {f.name for f in dataclasses.fields(agent_cls)}
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--"):
+            raise DataError("command line", None, token, "expected a --flag")
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(tokens):
+                raise DataError("command line", None, token, "needs a value")
+            value, i = tokens[i + 1], i + 1
+        i += 1
+        key = name.replace("-", "_")
+        value = {"true": "true", "false": "false"}.get(value.lower(), value)
+        if key in PUBLISHED_FLAGS:
+            overrides.append(f"{PUBLISHED_FLAGS[key]}={value}")
+        elif key in DERIVED_FLAGS:
+            derived[key] = value
+        elif key in fields:
+            overrides.append(f"agent.{key}={value if _is_toml_value(value) else json.dumps(value)}")
+        else:
+            raise DataError("command line", None, token, f"unknown flag; the learner's settings: {sorted(fields)}")
+    return overrides, derived
+
+
+def _is_toml_value(text: str) -> bool:
+    try:
+        cfg_lib.parse_override(f"x={text}")
+        return True
+    except (DataError, ValueError):
+        return False
+
+
+def check_derived(run: RunConfig, derived: dict) -> None:
+    """Published flags that follow from the config (``--init_dim`` = 56 x nodes,
+    ``--action_space`` = nodes, ``--scheduler DRR``) must agree with it."""
+    nodes = len(ev.build_nodes(run.base))
+    want = {"action_space": nodes, "init_dim": agents.drr.NODE_FEATURES * nodes}
+    for key, value in derived.items():
+        if key == "scheduler":
+            if value.lower().replace("-", "") != run.agent.kind.replace("-", ""):
+                raise DataError("command line", None, "--scheduler", f"{value!r}: this config trains {run.agent.kind!r}")
+        elif int(value) != want[key]:
+            raise DataError("command line", None, f"--{key}", f"{value}: this config's cluster needs {want[key]}")
+
+
 class Selection(NamedTuple):
     """The agent that validation has picked so far (saved with every checkpoint)."""
 
@@ -126,14 +206,14 @@ class Selection(NamedTuple):
 
 
 class Trained(NamedTuple):
-    trainer: trainer.Trainer
-    runners: trainer.Runner   # every leaf with a leading [train.num_seeds] runs axis
+    trainer: training.Trainer
+    runners: object           # the learner's runner, every leaf with a leading [train.num_seeds] runs axis
     selection: Selection
     log: pd.DataFrame         # train_log.csv: one row per (chunk, run)
     valid_log: pd.DataFrame   # valid_log.csv: one row per (validation, run)
 
 
-def _pick(runners: trainer.Runner, run: int, valid_jct_s: float) -> Selection:
+def _pick(runners, run: int, valid_jct_s: float) -> Selection:
     return Selection(params=jax.tree.map(lambda x: x[run], runners.params),
                      valid_jct_s=np.float32(valid_jct_s), run=np.int32(run),
                      update=np.int32(runners.update[run]))
@@ -143,13 +223,18 @@ def _checkpoint_tree(runners, selection) -> dict:
     return {"runners": runners, "selection": selection}
 
 
+def make_trainer(run: RunConfig):
+    """(trainer, env) of a run: its learner's ``make_train`` on the run's env and workload."""
+    env, env_params, workload, _ = setup(run)
+    return run.learner.make_train(env, env_params, workload, run.agent, run.train), env
+
+
 def load_trained(run: RunConfig, run_dir: Path):
     """(trainer, selection) restored from the last checkpoint under ``run_dir``/checkpoints:
     the agent validation picked (with no validation, run 0's agent at that checkpoint)."""
-    env, env_params, workload, _ = setup(run)
-    tr = trainer.make_train(env, env_params, workload, run.agent, run.train)
-    runners = jax.jit(trainer.over_seeds(tr.init, run.train.num_seeds))(  # the structure to restore into
-        trainer.seed_keys(run.train.seed, run.train.num_seeds))
+    tr, _ = make_trainer(run)
+    runners = jax.jit(training.over_seeds(tr.init, run.train.num_seeds))(  # the structure to restore into
+        training.seed_keys(run.train.seed, run.train.num_seeds))
     like = _checkpoint_tree(runners, _pick(runners, 0, np.inf))
     mgr = checkpoint.manager(run_dir / "checkpoints")
     step, restored = checkpoint.restore(mgr, like)
@@ -160,10 +245,11 @@ def load_trained(run: RunConfig, run_dir: Path):
 
 
 def setup(run: RunConfig):
-    """(env, env_params, training workload, nodes) of a run. The training workload is the
-    synthetic config, or for ``workload.source = "openb"`` a bank of ``train.trace_windows``
-    trace windows of ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace
-    (compressed to ``workload.target_load``; see ``trainer.make_train``)."""
+    """(env, env_params, training workload, nodes) of a run. The env is the run's, as the
+    learner needs it (``Learner.env_config``). The training workload is the synthetic
+    config, or for ``workload.source = "openb"`` a bank of ``train.trace_windows`` trace
+    windows of ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace
+    (compressed to ``workload.target_load``; see ``training.make_reset``)."""
     config, tc = run.base, run.train
     nodes = ev.build_nodes(config)
     w = config.workload
@@ -180,7 +266,7 @@ def setup(run: RunConfig):
         if workload.target_load is not None and workload.cluster_capacity is None:
             workload = workload.replace(cluster_capacity=cl.work_capacity(nodes))
     env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
-    return ClusterEnv(config.env), env_params, workload, nodes
+    return ClusterEnv(run.learner.env_config(run.agent, config.env)), env_params, workload, nodes
 
 
 def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bool = True,
@@ -191,14 +277,13 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
     (``train.valid_episodes``) and the best so far is kept in the selection.
     stop_after: stop after this many updates (simulates an interruption; tests use it).
     """
-    env, env_params, workload, _ = setup(run)
-    tc = run.train
-    tr = trainer.make_train(env, env_params, workload, run.agent, tc)
-    init = jax.jit(trainer.over_seeds(tr.init, tc.num_seeds))
-    run_chunk = jax.jit(trainer.over_seeds(tr.run_chunk, tc.num_seeds), donate_argnums=0)
-    runners = init(trainer.seed_keys(tc.seed, tc.num_seeds))
+    tc, learner, fields = run.train, run.learner, run.log_fields
+    tr, env = make_trainer(run)
+    init = jax.jit(training.over_seeds(tr.init, tc.num_seeds))
+    run_chunk = jax.jit(training.over_seeds(tr.run_chunk, tc.num_seeds), donate_argnums=0)
+    runners = init(training.seed_keys(tc.seed, tc.num_seeds))
     selection = _pick(runners, 0, np.inf)
-    validate = agent_episodes(validation_config(run), run.agent, tr.graphdef) if tc.valid_episodes else None
+    validate = agent_episodes(validation_config(run), tr.scheduler) if tc.valid_episodes else None
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path, valid_path = out_dir / "train_log.csv", out_dir / "valid_log.csv"
     mgr = checkpoint.manager(out_dir / "checkpoints") if tc.checkpoint_every else None
@@ -222,21 +307,20 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
             update = int(summary["update"][0])
             for i in range(tc.num_seeds):
                 ret = float(summary["return"][i])
-                rows.append({
-                    "update": update, "run": i, "env_steps": update * tc.num_envs,
-                    "episodes_finished": int(summary["episodes_finished"][i]), "return": ret,
-                    "train_mean_jct_s": -ret / (tc.train_jobs * tc.reward_scale * env.config.reward_scale)
-                    if math.isfinite(ret) and tc.reward_scale > 0 else float("nan"),
-                    "reward_per_step": float(summary["reward_per_step"][i]),
-                    "loss": float(summary["loss"][i]), "q_mean": float(summary["q_mean"][i]),
-                    "epsilon": float(summary["epsilon"][i]),
-                    "env_steps_per_s": tc.num_seeds * tc.chunk_updates * tc.num_envs / dt,
-                    "updates_per_s": tc.num_seeds * tc.chunk_updates / dt,
-                    "wall_s": time.perf_counter() - started})
-            _write_rows(log_path, rows, LOG_FIELDS)
+                row = {"update": update, "run": i, "env_steps": update * tc.num_envs * learner_steps(run),
+                       "episodes_finished": int(summary["episodes_finished"][i]), "return": ret,
+                       "train_mean_jct_s": -ret / (tc.train_jobs * tc.reward_scale * env.config.reward_scale)
+                       if math.isfinite(ret) and tc.reward_scale > 0 else float("nan"),
+                       "reward_per_step": float(summary["reward_per_step"][i])}
+                row.update({f: float(summary[f][i]) for f in learner.log_fields})
+                row.update({"env_steps_per_s": tc.num_seeds * tc.chunk_updates * tc.num_envs * learner_steps(run) / dt,
+                            "updates_per_s": tc.num_seeds * tc.chunk_updates / dt,
+                            "wall_s": time.perf_counter() - started})
+                rows.append(row)
+            _write_rows(log_path, rows, fields)
             bar.update(tc.chunk_updates)
             bar.set_postfix(ret=f"{float(np.mean(summary['return'])):.2f}",  # mean over runs
-                            loss=f"{float(np.mean(summary['loss'])):.3g}", eps=f"{rows[-1]['epsilon']:.2f}")
+                            **{f: f"{float(np.mean(summary[f])):.3g}" for f in learner.progress_fields})
             at_checkpoint = tc.checkpoint_every and update % tc.checkpoint_every == 0
             if at_checkpoint or update == tc.total_updates:
                 if validate is None:
@@ -252,11 +336,16 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
                 checkpoint.save(mgr, update, _checkpoint_tree(runners, selection))
     if mgr is not None:
         mgr.close()
-    return Trained(tr, runners, selection, pd.DataFrame(rows, columns=LOG_FIELDS),
+    return Trained(tr, runners, selection, pd.DataFrame(rows, columns=fields),
                    pd.DataFrame(valid_rows, columns=VALID_FIELDS))
 
 
-def _validate(play, runners: trainer.Runner, selection: Selection, seed: int):
+def learner_steps(run: RunConfig) -> int:
+    """Env steps of each env per update (DRR: its rollout length; GNN-DDQN: one)."""
+    return getattr(run.agent, "rollout_steps", 1)
+
+
+def _validate(play, runners, selection: Selection, seed: int):
     """Each run's greedy agent on the validation episodes (``play``, see ``agent_episodes``)
     -> (the selection, replaced by a run that does better than it; valid_log rows)."""
     rows = []
@@ -298,39 +387,26 @@ def validation_config(run: RunConfig) -> cfg_lib.Config:
         batch_size=min(base.eval.batch_size, max(tc.valid_episodes, 1))))
 
 
-def agent_episodes(config: cfg_lib.Config, agent: ddqn.AgentConfig, graphdef):
-    """``play(params) -> {metric: [E] numpy}``: the greedy agent on the episodes of ``config``.
-
-    The episodes, env keys and rollout of ``jaxsched.evaluate`` (``build_workload``,
-    ``episode_keys(seed, E, stream=1)``), run in batches of ``eval.batch_size`` and split
-    across local devices; compiled once, so it can be called for many ``params``.
-    """
+def agent_episodes(config: cfg_lib.Config, scheduler: policies.Scheduler):
+    """``play(params) -> {metric: [E] numpy}``: the trained agent (``scheduler``, e.g.
+    ``Trainer.scheduler``) on the episodes of ``config``, through ``evaluate.run_scheduler``:
+    the episodes, env keys, rollout and batching of every heuristic in ``jaxsched.evaluate``.
+    Compiled once, so it can be called for many ``params``."""
     nodes = ev.build_nodes(config)
-    jobs, frag, _ = ev.build_workload(config, nodes)
-    env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
-    max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
-    env_keys = ev.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
-    env = ClusterEnv(config.env)
-    policy = ddqn.greedy_policy(graphdef, agent)
-    if config.eval.warmup_scheduler:  # as ``evaluate`` runs every other scheduler
-        policy = policies.warmed_up(policy, policies.get(config.eval.warmup_scheduler).policy)
-    fn = jax.jit(lambda p, pp, j, k: sharded_rollout(  # stepping: a network is a costly policy
-        env, policy, pp, p, j, k, max_steps, turns=None)[1])
-    batch, episodes = config.eval.batch_size, config.eval.episodes
+    jobs, env_params, max_steps, env_keys, _ = ev._setup(config, nodes)
 
     def play(params) -> dict:
-        parts = [jax.device_get(fn(env_params, params, jax.tree.map(lambda x: x[lo:lo + batch], jobs),
-                                   env_keys[lo:lo + batch]))
-                 for lo in range(0, episodes, batch)]
-        return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+        frame, _ = ev.run_scheduler(scheduler, config, env_params, jobs, env_keys, max_steps,
+                                    policy_params=params)
+        return {k: frame[k].to_numpy() for k in frame.columns if k not in ("scheduler", "episode")}
 
     return play
 
 
-def evaluate_agent(run: RunConfig, graphdef, params, show_progress: bool = True):
+def evaluate_agent(run: RunConfig, trainer: training.Trainer, params, show_progress: bool = True):
     """The agent and every registered scheduler on the held-out episodes of ``[eval]``.
 
-    Returns (per-episode frame, summary frame, info). Same jobs and env keys as
+    Returns (per-episode frame, summary frame, info). Same jobs, env keys and rollout as
     ``jaxsched.evaluate`` (``build_workload``, ``episode_keys(seed, E, stream=1)``).
     """
     config = dataclasses.replace(run.base, eval=dataclasses.replace(
@@ -338,19 +414,20 @@ def evaluate_agent(run: RunConfig, graphdef, params, show_progress: bool = True)
     result = ev.evaluate(config, show_progress=show_progress)
     baseline_frame, info = result.per_episode, result.info
     start = time.perf_counter()
-    agent_frame = pd.DataFrame(agent_episodes(config, run.agent, graphdef)(params))
+    name = trainer.scheduler.name
+    agent_frame = pd.DataFrame(agent_episodes(config, trainer.scheduler)(params))
     agent_frame.insert(0, "episode", np.arange(config.eval.episodes))
-    agent_frame.insert(0, "scheduler", AGENT_NAME)
-    info.setdefault("seconds_per_scheduler", {})[AGENT_NAME] = round(time.perf_counter() - start, 3)
+    agent_frame.insert(0, "scheduler", name)
+    info.setdefault("seconds_per_scheduler", {})[name] = round(time.perf_counter() - start, 3)
     per_episode = pd.concat([agent_frame, baseline_frame], ignore_index=True)
     return per_episode, report.summarize(per_episode), info
 
 
-def paired_differences(per_episode: pd.DataFrame, metric: str = "jct_mean") -> pd.DataFrame:
+def paired_differences(per_episode: pd.DataFrame, agent_name: str, metric: str = "jct_mean") -> pd.DataFrame:
     """Agent minus each baseline on the same episodes: mean, 95% CI, and as % of the baseline."""
-    agent = per_episode[per_episode.scheduler == AGENT_NAME].set_index("episode")[metric]
+    agent = per_episode[per_episode.scheduler == agent_name].set_index("episode")[metric]
     rows = []
-    for name, group in per_episode[per_episode.scheduler != AGENT_NAME].groupby("scheduler", sort=False):
+    for name, group in per_episode[per_episode.scheduler != agent_name].groupby("scheduler", sort=False):
         base = group.set_index("episode")[metric]
         diff = (agent - base).dropna().to_numpy(np.float64)
         half = 1.96 * diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
@@ -363,29 +440,30 @@ def paired_differences(per_episode: pd.DataFrame, metric: str = "jct_mean") -> p
     return pd.DataFrame(rows)
 
 
-def plot(out_dir: Path, log: pd.DataFrame, valid_log: pd.DataFrame, per_episode: pd.DataFrame,
-         summary: pd.DataFrame) -> None:
-    """learning_curve.png (one line per run; validation JCT when there is one), comparison.png
-    (mean JCT ± CI per scheduler), jct_cdf.png (the distribution over episodes of each
-    scheduler's mean JCT)."""
+def plot(out_dir: Path, learner: agents.Learner, log: pd.DataFrame, valid_log: pd.DataFrame,
+         per_episode: pd.DataFrame, summary: pd.DataFrame) -> None:
+    """learning_curve.png (training return, the learner's own panels, validation JCT when
+    there is one; one line per run), comparison.png (mean JCT ± CI per scheduler),
+    jct_cdf.png (the distribution over episodes of each scheduler's mean JCT)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = 4 if len(valid_log) else 3
+    agent_name = learner.name
+    panels = 1 + len(learner.panels) + (1 if len(valid_log) else 0)
     fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 3.5))
     for run, curve in log.groupby("run") if "run" in log else [(0, log)]:
         label = f"run {run}"
         axes[0].plot(curve["env_steps"], curve["return"], marker=".", label=label)
-        axes[1].plot(curve["env_steps"], curve["loss"], label=label)
-        axes[2].plot(curve["env_steps"], curve["q_mean"], label=label)
+        for ax, (field, *_) in zip(axes[1:], learner.panels):
+            ax.plot(curve["env_steps"], curve[field], label=label)
     axes[0].set(xlabel="env steps", ylabel="episode return", title="training return")
-    axes[1].set(xlabel="env steps", ylabel="Huber loss", yscale="log", title="TD loss")
-    axes[2].set(xlabel="env steps", ylabel="mean Q(s, a)", title="Q")
+    for ax, (_, ylabel, title, yscale) in zip(axes[1:], learner.panels):
+        ax.set(xlabel="env steps", ylabel=ylabel, yscale=yscale, title=title)
     if len(valid_log):
         for run, curve in valid_log.groupby("run"):
-            axes[3].plot(curve["update"], curve["valid_jct_s"], marker="o", label=f"run {run}")
-        axes[3].set(xlabel="updates", ylabel="mean JCT (s)", title="validation episodes")
+            axes[-1].plot(curve["update"], curve["valid_jct_s"], marker="o", label=f"run {run}")
+        axes[-1].set(xlabel="updates", ylabel="mean JCT (s)", title="validation episodes")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "learning_curve.png", dpi=120)
@@ -393,7 +471,7 @@ def plot(out_dir: Path, log: pd.DataFrame, valid_log: pd.DataFrame, per_episode:
 
     order = summary.sort_values("jct_mean")
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    colors = ["tab:red" if s == AGENT_NAME else "tab:blue" for s in order["scheduler"]]
+    colors = ["tab:red" if s == agent_name else "tab:blue" for s in order["scheduler"]]
     ax.bar(order["scheduler"], order["jct_mean"], yerr=order["jct_mean_ci95"], color=colors)
     ax.set(ylabel="mean JCT (s)", title="held-out episodes (mean ± 95% CI)")
     ax.tick_params(axis="x", rotation=45)
@@ -405,7 +483,7 @@ def plot(out_dir: Path, log: pd.DataFrame, valid_log: pd.DataFrame, per_episode:
     for name, group in per_episode.groupby("scheduler", sort=False):
         values = np.sort(group["jct_mean"].to_numpy())
         ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=name,
-                linewidth=2.5 if name == AGENT_NAME else 1.0)
+                linewidth=2.5 if name == agent_name else 1.0)
     ax.set(xlabel="episode mean JCT (s)", ylabel="fraction of episodes", title="JCT CDF over episodes")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -429,12 +507,15 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value for the evaluation only (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
+    args, published = parser.parse_known_args(argv)
     overrides = list(args.set)
     if args.out:
         overrides.append(f"eval.out_dir={json.dumps(args.out)}")
     try:
-        run = load(args.config, overrides)
+        kind = load(args.config, overrides).agent.kind
+        flag_overrides, derived = published_overrides(published, agents.get(kind).config)
+        run = load(args.config, flag_overrides + overrides)  # --set wins over a published flag
+        check_derived(run, derived)
         eval_run = with_eval_overrides(run, args.eval_set)
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -449,7 +530,7 @@ def main(argv=None) -> int:
             return 2
         out_dir.mkdir(parents=True, exist_ok=True)
         log, valid_log = (pd.read_csv(source / name) if (source / name).exists() else pd.DataFrame(columns=fields)
-                          for name, fields in (("train_log.csv", LOG_FIELDS), ("valid_log.csv", VALID_FIELDS)))
+                          for name, fields in (("train_log.csv", run.log_fields), ("valid_log.csv", VALID_FIELDS)))
     else:
         try:
             tr, _, selection, log, valid_log = train(run, out_dir, resume=args.resume,
@@ -472,26 +553,29 @@ def main(argv=None) -> int:
     info = {"throughput": throughput, "selected": selected,
             "checkpoint": args.checkpoint or str(out_dir / "checkpoints"), "eval_overrides": list(args.eval_set)}
     if not args.no_eval:
-        per_episode, summary, eval_info = evaluate_agent(eval_run, tr.graphdef, selection.params,
+        name = tr.scheduler.name
+        per_episode, summary, eval_info = evaluate_agent(eval_run, tr, selection.params,
                                                          show_progress=not args.quiet)
-        paired = paired_differences(per_episode)
+        paired = {metric: paired_differences(per_episode, name, metric) for metric in run.learner.paired_metrics}
         per_episode.to_csv(out_dir / "per_episode.csv", index=False)
         summary.to_csv(out_dir / "summary.csv", index=False)
-        paired.to_csv(out_dir / "paired.csv", index=False)
+        pd.concat([frame.assign(metric=metric) for metric, frame in paired.items()]).to_csv(
+            out_dir / "paired.csv", index=False)
         table = report.markdown_table(summary)
+        paired_md = "\n\n".join(f"Paired {PAIRED_TITLES.get(metric, metric)} difference, {name} minus baseline "
+                                 f"(95% CI):\n\n{_paired_md(frame)}" for metric, frame in paired.items())
         (out_dir / "summary.md").write_text(
-            f"{table}\n\nPaired mean-JCT difference, {AGENT_NAME} minus baseline (s; 95% CI):\n\n"
-            f"{_paired_md(paired)}\n\n{AGENT_NAME}: run {selected['run']} of {run.train.num_seeds} "
+            f"{table}\n\n{paired_md}\n\n{name}: run {selected['run']} of {run.train.num_seeds} "
             f"(training seed {selected['seed']}) after {selected['update']} updates"
             + (f", picked on {run.train.valid_episodes} validation episodes (seed {run.train.valid_seed})"
                if run.train.valid_episodes else "")
             + f".\n\nTraining throughput: {throughput['env_steps_per_s']:.0f} env steps/s, "
             f"{throughput['updates_per_s']:.1f} updates/s, {run.train.num_seeds} runs together "
             f"({throughput['backend']}).\n")
-        plot(out_dir, log, valid_log, per_episode, summary)
+        plot(out_dir, run.learner, log, valid_log, per_episode, summary)
         info.update(eval=eval_info)
         print(table)
-        print(_paired_md(paired))
+        print(paired_md)
     (out_dir / "config.json").write_text(json.dumps(
         {"config": cfg_lib.to_dict(run.base), "eval_config": cfg_lib.to_dict(eval_run.base), "agent": dataclasses.asdict(run.agent),
          "train": dataclasses.asdict(run.train), "info": info}, indent=2, default=str))
@@ -499,12 +583,19 @@ def main(argv=None) -> int:
     return 0
 
 
+PAIRED_TITLES = {"jct_mean": "mean-JCT (s)", "frag_rate": "fragmentation-rate", "gpu_alloc": "GPU-allocation",
+                 "queue_delay_mean": "mean queueing delay (s)"}
+
+
 def _paired_md(paired: pd.DataFrame) -> str:
-    lines = ["| baseline | baseline mean JCT | agent mean JCT | diff | 95% CI | diff % | CI upper % |",
+    small = paired["baseline_mean"].abs().max() < 10  # ratios (allocation, fragmentation): more digits
+    f = "{:.4f}" if small else "{:.1f}"
+    d = "{:+.4f}" if small else "{:+.1f}"
+    lines = ["| baseline | baseline mean | agent mean | diff | 95% CI | diff % | CI upper % |",
              "|---|---|---|---|---|---|---|"]
     for _, r in paired.iterrows():
-        lines.append(f"| {r.baseline} | {r.baseline_mean:.1f} | {r.agent_mean:.1f} | {r.diff_mean:+.1f} | "
-                     f"[{r.diff_ci95_lo:+.1f}, {r.diff_ci95_hi:+.1f}] | {r.diff_pct:+.1f}% | {r.ci95_hi_pct:+.1f}% |")
+        lines.append(f"| {r.baseline} | {f.format(r.baseline_mean)} | {f.format(r.agent_mean)} | {d.format(r.diff_mean)} | "
+                     f"[{d.format(r.diff_ci95_lo)}, {d.format(r.diff_ci95_hi)}] | {r.diff_pct:+.1f}% | {r.ci95_hi_pct:+.1f}% |")
     return "\n".join(lines)
 
 

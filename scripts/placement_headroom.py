@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     rows = {}
     for name, policy, env in runs:
         t0 = time.perf_counter()
-        metrics, _ = jax.device_get(ev._compiled_rollout(env, policy, max_steps)(params, jobs, env_keys))
+        metrics, _ = jax.device_get(ev._compiled_rollout(env, policy, max_steps)(None, params, jobs, env_keys))
         assert bool(np.all(metrics["done"])), f"{name}: an episode did not finish in {max_steps} steps"
         rows[name] = (np.asarray(metrics["jct_mean"], np.float64),
                       float(np.mean(metrics["queue_delay_mean"])),

@@ -1,2 +1,55 @@
-"""Learned schedulers: the GNN encoder (``gnn``), Double DQN (``ddqn``), the jitted training
-loop (``trainer``) and its checkpoints (``checkpoint``). Entry point: ``python -m jaxsched.train``."""
+"""Learned schedulers and the one training infrastructure they share.
+
+``LEARNERS`` maps a name (``[agent] kind`` in a run config) to a ``Learner``: its settings
+class (the rest of ``[agent]``) and its PureJaxRL-style ``make_train`` (``agents.training``
+says what it returns). Modules: ``training`` (what every learner's loop shares),
+``checkpoint`` (orbax checkpoints of any runner), ``gnn`` + ``ddqn`` + ``gnn_ddqn`` (the GNN
+Double-DQN batch scheduler), ``drr`` (the attention actor-critic defragmentation scheduler).
+Entry point: ``python -m jaxsched.train --config ...``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from jaxsched.agents import ddqn, drr, gnn_ddqn
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """A registry entry. config: its ``[agent]`` dataclass (with a ``kind`` field naming it).
+    make_train(env, env_params, workload, agent_config, train_config) -> training.Trainer.
+    log_fields: its own train_log.csv columns (besides every learner's). progress_fields:
+    those shown on the progress bar. panels: learning-curve panels (field, y label, title,
+    y scale). env_config(agent_config, env_config) -> the env it trains on. paired_metrics:
+    the metrics compared with every baseline episode by episode after training."""
+
+    name: str
+    config: type
+    make_train: Callable
+    log_fields: tuple
+    progress_fields: tuple
+    panels: tuple
+    env_config: Callable = lambda agent, env: env  # noqa: E731
+    paired_metrics: tuple = ("jct_mean",)
+    description: str = ""
+
+
+LEARNERS = {
+    learner.name: learner for learner in (
+        Learner(gnn_ddqn.NAME, ddqn.AgentConfig, gnn_ddqn.make_train, gnn_ddqn.LOG_FIELDS,
+                gnn_ddqn.PROGRESS_FIELDS, gnn_ddqn.PANELS,
+                description="GNN encoder + Double DQN over the window's (job, node) pairs"),
+        Learner(drr.NAME, drr.DRRConfig, drr.make_train, drr.LOG_FIELDS, drr.PROGRESS_FIELDS, drr.PANELS,
+                env_config=drr.env_config, paired_metrics=drr.PAIRED_METRICS,
+                description="attention actor-critic over nodes for the job at hand (DRR)"),
+    )
+}
+
+
+def get(kind: str) -> Learner:
+    """Look a learner up by its ``[agent] kind``, with a helpful error."""
+    if kind not in LEARNERS:
+        raise KeyError(f"unknown agent kind {kind!r}; known: {sorted(LEARNERS)}")
+    return LEARNERS[kind]

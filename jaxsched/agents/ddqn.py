@@ -21,7 +21,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from jaxsched import actions
 from jaxsched.agents import gnn
+from jaxsched.config import check_positive_ints
 from jaxsched.types import Observation
 
 NEG_INF = -1e9  # "minus infinity" that stays finite under arithmetic (masked Q values)
@@ -29,18 +31,48 @@ NEG_INF = -1e9  # "minus infinity" that stays finite under arithmetic (masked Q 
 
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
-    """Network and action-space settings (hashable: a static argument).
+    """GNN-DDQN's settings (hashable: a static argument; the ``[agent]`` TOML table with
+    ``kind = "gnn-ddqn"``). The training loop's shared settings are ``training.TrainConfig``.
 
-    hidden: embedding width; num_layers: message-passing rounds.
+    Network and actions. hidden: embedding width; num_layers: message-passing rounds.
     allow_reject: let the agent reject jobs. Off by default: a rejected job leaves the system,
       so with a JCT reward rejecting everything would look good.
     allow_wait: let the agent wait while a job fits somewhere (it always may when nothing fits).
+    Double DQN. buffer_size: replay transitions. batch_size: sampled per gradient step.
+    grad_steps: per update. learning_starts: transitions in replay before learning. gamma:
+    discount. n_step: steps of reward summed before bootstrapping (1 = one-step Double DQN).
+    lr, max_grad_norm: adam and global-norm clipping. target: "periodic" (copy every
+    target_every updates) or "polyak" (rate tau each update). eps_start/eps_end/eps_decay:
+    linear epsilon schedule over eps_decay updates.
     """
 
+    kind: str = "gnn-ddqn"
     hidden: int = 32
     num_layers: int = 2
     allow_reject: bool = False
     allow_wait: bool = True
+    buffer_size: int = 20000
+    batch_size: int = 32
+    grad_steps: int = 1
+    learning_starts: int = 1000
+    gamma: float = 0.99
+    n_step: int = 1
+    lr: float = 3e-4
+    max_grad_norm: float = 10.0
+    target: str = "periodic"
+    target_every: int = 200
+    tau: float = 0.005
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay: int = 1000
+
+    def __post_init__(self):
+        if self.kind != "gnn-ddqn":
+            raise ValueError(f"AgentConfig.kind = {self.kind!r}: this is GNN-DDQN's config")
+        if self.target not in ("periodic", "polyak"):
+            raise ValueError(f"AgentConfig.target = {self.target!r}: must be 'periodic' or 'polyak'")
+        check_positive_ints(self, ("hidden", "num_layers", "buffer_size", "batch_size", "grad_steps", "n_step",
+                                   "target_every"))
 
 
 class QNetwork(nnx.Module):
@@ -101,8 +133,7 @@ def legal_mask(config: AgentConfig, obs: Observation) -> jax.Array:
     k, n = obs.place_mask.shape[-2:]
     place_any = mask[..., :k * n].any(-1, keepdims=True)
     idx = jnp.arange(mask.shape[-1])
-    is_reject = (idx >= k * n) & (idx < k * n + k)
-    is_wait = idx == k * n + k
+    is_reject, is_wait = actions.is_reject(idx, k, n), actions.is_wait(idx, k, n)
     if not config.allow_wait:
         mask = mask & ~(is_wait & place_any)
     if not config.allow_reject:

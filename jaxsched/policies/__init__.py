@@ -37,7 +37,8 @@ class Scheduler:
     classes, rescheduling passes (the run's settings if it turns them on, else DRR's
     published interval, ``DRR_RESCHED_INTERVAL_S``); and the rollout loop that runs it
     fastest (``turns``, see ``rollout.rollout``): turn by turn for cheap policies, stepping
-    for costly ones (results/bench/rollout_schedule.md)."""
+    for costly ones (results/bench/rollout_schedule.md); ``env_changes``, any other env
+    settings it needs (a trained agent's rescheduling passes)."""
 
     name: str
     policy: Callable
@@ -47,10 +48,11 @@ class Scheduler:
     track_job_classes: bool = False
     rescheduling: bool = False
     turns: int | None = TURNS
+    env_changes: tuple = ()  # further (EnvConfig field, value) pairs, e.g. a learner's rescheduling
 
     def env_config(self, config):
         """``config`` (an ``EnvConfig``) with what this scheduler needs applied."""
-        changes = {"gpu_rule": self.gpu_rule}
+        changes = {"gpu_rule": self.gpu_rule, **dict(self.env_changes)}
         if self.queue_order is not None:
             changes["queue_order"] = self.queue_order
         if self.track_job_classes:

@@ -56,12 +56,15 @@ def _prefix_sums(x):
     return jnp.stack(rows, 1)
 
 
-def fgd_scores(obs, job):
-    """[N] int32 FGD score of every node for ``job`` (feasibility not applied).
+NO_ROOM = jnp.iinfo(jnp.int32).min  # a fractional job's drop (and score) on a node with no GPU room
 
-    For a fractional job, GPUs without room score as the lowest possible, so a node's score
-    is the best over its GPUs with room. Arrays are class-first ([M, N]; [M, N, G] only for
-    the per-class sums of the node as it is).
+
+def fgd_drops(obs, job):
+    """[N] int32: how much placing ``job`` on each node lowers sum_m weight_m F_n(m), exact
+    (``frag.frag_milli`` turns it into milli of F_n; negative = fragmentation rises).
+    Feasibility not applied. For a fractional job, the drop on the node's best GPU with room
+    (``NO_ROOM`` if none has room). Arrays are class-first ([M, N]; [M, N, G] only for the
+    per-class sums of the node as it is).
     """
     c = _by_gpu_milli(obs.frag_classes)  # fields [M, 1]
     need, num_classes = c.gpu_milli, c.gpu_milli.shape[0]
@@ -77,15 +80,12 @@ def fgd_scores(obs, job):
     fits_cpu_after = static_fit & (obs.free_cpu - job["cpu_milli"] >= c.cpu_milli)  # [M, N]
     d = job["gpu_milli"]
 
-    def score(weighted_drop):  # exact int32 drop of sum_m weight_m F_n(m) -> FGD score
-        return frag.fgd_score(frag.frag_milli(weighted_drop, obs.frag_classes), 0.0)
-
     def whole_or_cpu_only():
         # k wholly free GPUs (1000 >= any class's gpu_milli) become 0.
         k = jnp.where(d < GPU_MILLI, 0, job["num_gpu"])
         after = jnp.where(fits_cpu_after & (enough - k * (need > 0) >= c.num_gpu), too_small,
                           idle - k * GPU_MILLI)
-        return score(weighted_before - (after * c.weight).sum(0))
+        return weighted_before - (after * c.weight).sum(0)
 
     def fractional():
         idle_after = idle - d
@@ -104,12 +104,22 @@ def fgd_scores(obs, job):
                  + free * (at(lost_f, below_free) - at(lost_f, below_moved))
                  + small[:, num_classes:] - at(small, below_free))  # [N, G]
         room = exists & (free >= d)
-        return jnp.where(room, score(weighted_before[:, None] - after), jnp.iinfo(jnp.int32).min).max(-1)
+        return jnp.where(room, weighted_before[:, None] - after, NO_ROOM).max(-1)
 
     # A real branch when not vmapped (the [N, G] pass only for fractional jobs); under vmap
     # both run and one is selected.
     is_fractional = (job["num_gpu"] == 1) & (d < GPU_MILLI)
     return jax.lax.cond(is_fractional, fractional, whole_or_cpu_only).astype(jnp.int32)
+
+
+def fgd_scores(obs, job):
+    """[N] int32 FGD score of every node for ``job`` (feasibility not applied): ``int(100 *
+    sigmoid(drop / 1000))`` of ``fgd_drops`` in milli. A fractional job's node scores as its
+    best GPU with room (the score rises with the drop, so the best drop gives the best
+    score), and as the lowest possible without one."""
+    drop = fgd_drops(obs, job)
+    return jnp.where(drop == NO_ROOM, NO_ROOM,
+                     frag.fgd_score(frag.frag_milli(drop, obs.frag_classes), 0.0)).astype(jnp.int32)
 
 
 def fgd(params, obs, key):

@@ -9,7 +9,7 @@ import pytest
 
 from jaxsched import evaluate as ev
 from jaxsched import train as train_lib
-from jaxsched.agents import checkpoint, ddqn, trainer
+from jaxsched.agents import checkpoint
 from jaxsched.errors import DataError
 from jaxsched.policies import get
 from jaxsched.rollout import rollout
@@ -29,8 +29,7 @@ def _leaves_equal(a, b):
 
 def test_checkpoint_round_trip_restores_every_leaf(tmp_path):
     run = tiny_run()
-    env, env_params, syn, _ = train_lib.setup(run)
-    tr = trainer.make_train(env, env_params, syn, run.agent, run.train)
+    tr, _ = train_lib.make_trainer(run)
     runner = jax.jit(tr.init)(jax.random.key(3))
     other = jax.jit(tr.init)(jax.random.key(4))
     mgr = checkpoint.manager(tmp_path / "ckpt")
@@ -76,7 +75,7 @@ def test_validation_keeps_the_agent_with_the_lowest_validation_jct(tmp_path):
     sel = trained.selection
     assert (int(sel.run), int(sel.update)) == (int(best["run"]), int(best["update"]))
     # Replaying the kept agent on the validation episodes gives the JCT it was kept for.
-    play = train_lib.agent_episodes(train_lib.validation_config(run), run.agent, trained.trainer.graphdef)
+    play = train_lib.agent_episodes(train_lib.validation_config(run), trained.trainer.scheduler)
     assert float(np.mean(play(sel.params)["jct_mean"])) == pytest.approx(float(sel.valid_jct_s), rel=1e-6)
     # Run i of a multi-run training is the single run with seed train.seed + i (up to rounding).
     single = train_lib.train(tiny_run("train.seed=1", "train.total_updates=60", "train.checkpoint_every=20"),
@@ -138,10 +137,10 @@ def test_short_training_run_beats_random_scheduler(tmp_path):
     nodes.write_text(SLOW_THEN_FAST)
     run = tiny_run(f'cluster.node_list="{nodes}"', "workload.synthetic.target_load=0.3",
                    'env.reward="placed_jct"', "train.seed=2", "train.total_updates=300",
-                   "train.chunk_updates=100", "train.checkpoint_every=0", "train.grad_steps=4",
-                   "train.lr=3e-3")
+                   "train.chunk_updates=100", "train.checkpoint_every=0", "agent.grad_steps=4",
+                   "agent.lr=3e-3")
     trained = train_lib.train(run, tmp_path / "learn", show_progress=False)
-    agent = ddqn.greedy_policy(trained.trainer.graphdef, run.agent)
+    agent = trained.trainer.scheduler.policy
     untrained = jax.jit(trained.trainer.init)(jax.random.key(run.train.seed)).params
     random_sched = get("random")
     agent_jct = _mean_jct(run, agent, trained.selection.params, "best-fit")
@@ -162,7 +161,7 @@ def test_training_on_trace_windows_uses_only_the_training_span(openb_dir):
     second_half = set(alibaba.trace_part(pods, (0.5, 1.0)).work_s.astype(np.float32))
     work = set(np.asarray(bank.work_s)[np.asarray(bank.valid)])
     assert work <= first_half and not work <= second_half
-    tr = trainer.make_train(env, env_params, bank, run.agent, run.train)
+    tr = run.learner.make_train(env, env_params, bank, run.agent, run.train)
     runner = jax.jit(tr.init)(jax.random.key(0))
     bank_rows = {tuple(row) for row in np.asarray(bank.work_s)}
     assert all(tuple(row) in bank_rows for row in np.asarray(runner.env_state.jobs.work_s))
