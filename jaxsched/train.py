@@ -341,8 +341,8 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
 
 
 def learner_steps(run: RunConfig) -> int:
-    """Env steps of each env per update (DRR: its rollout length; GNN-DDQN: one)."""
-    return getattr(run.agent, "rollout_steps", 1)
+    """Env steps of each env per update (``Learner.steps_per_update``)."""
+    return run.learner.steps_per_update(run.agent)
 
 
 def _validate(play, runners, selection: Selection, seed: int):

@@ -23,7 +23,8 @@ class Learner:
     log_fields: its own train_log.csv columns (besides every learner's). progress_fields:
     those shown on the progress bar. panels: learning-curve panels (field, y label, title,
     y scale). env_config(agent_config, env_config) -> the env it trains on. paired_metrics:
-    the metrics compared with every baseline episode by episode after training."""
+    the metrics compared with every baseline episode by episode after training.
+    steps_per_update(agent_config): env steps of each env per update (for the logs)."""
 
     name: str
     config: type
@@ -33,6 +34,7 @@ class Learner:
     panels: tuple
     env_config: Callable = lambda agent, env: env  # noqa: E731
     paired_metrics: tuple = ("jct_mean",)
+    steps_per_update: Callable = lambda agent: 1  # noqa: E731 - env steps of each env per update
     description: str = ""
 
 
@@ -43,6 +45,7 @@ LEARNERS = {
                 description="GNN encoder + Double DQN over the window's (job, node) pairs"),
         Learner(drr.NAME, drr.DRRConfig, drr.make_train, drr.LOG_FIELDS, drr.PROGRESS_FIELDS, drr.PANELS,
                 env_config=drr.env_config, paired_metrics=drr.PAIRED_METRICS,
+                steps_per_update=lambda agent: agent.rollout_steps,
                 description="attention actor-critic over nodes for the job at hand (DRR)"),
     )
 }

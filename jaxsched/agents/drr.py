@@ -176,6 +176,7 @@ class Features(NamedTuple):
     valid: jax.Array         # [N] bool: real nodes
     feasible: jax.Array      # [N] bool: the job at hand fits there now (the actor's mask)
     fgd_choice: jax.Array    # [] int32: the node the fgd policy would pick
+    slot: jax.Array          # [] int32: the job at hand's window slot
     frag_removed: jax.Array  # [N] float32: F_n before - after placing the job there (GPUs; 0 where infeasible)
 
 
@@ -280,7 +281,8 @@ def features(obs: Observation) -> Features:
         jnp.log1p(jnp.maximum(f32(obs.job_wait_s[slot]), 0.0)) / 10.0,
         f32(fractional), f32(job["num_gpu"] == 0), f32(constrained), queue])
     return Features(nodes=nodes, job=job_row, valid=c.valid, feasible=feasible,
-                    fgd_choice=choice.astype(jnp.int32), frag_removed=removed / GPU_MILLI)
+                    fgd_choice=choice.astype(jnp.int32), slot=slot.astype(jnp.int32),
+                    frag_removed=removed / GPU_MILLI)
 
 
 # ----- networks -----------------------------------------------------------------------------
@@ -364,7 +366,7 @@ def greedy_policy(graphdefs):
         del key
         feat = features(obs)
         node = jnp.argmax(_apply(graphdefs["actor"], params["actor"], feat))
-        return place_or_wait(obs, first_fitting_slot(obs), node)
+        return place_or_wait(obs, feat.slot, node)
 
     return policy
 
@@ -498,7 +500,7 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
             return feat.fgd_choice
         acts = jax.vmap(teacher, in_axes=(None, 0, 0))(None, obs, jax.random.split(key, num_envs))
         slot, node = actions.place_slot_node(acts, obs.place_mask.shape[-1])
-        same_job = actions.is_place(acts, *obs.place_mask.shape[-2:]) & (slot == jax.vmap(first_fitting_slot)(obs))
+        same_job = actions.is_place(acts, *obs.place_mask.shape[-2:]) & (slot == feat.slot)
         return jnp.where(same_job, node, -1)  # -1: the teacher did not place the job at hand
 
     def init(key) -> Runner:
@@ -516,7 +518,7 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         feat = batch_features(obs)
         logits = _apply(graphdefs["actor"], runner.params["actor"], feat)
         node = jax.random.categorical(k_act, jnp.where(feat.feasible, logits, -1e9)).astype(jnp.int32)
-        action = jax.vmap(place_or_wait)(obs, jax.vmap(first_fitting_slot)(obs), node)
+        action = jax.vmap(place_or_wait)(obs, feat.slot, node)
         state, next_obs, reward, done, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, num_envs), runner.env_state, action, env_params)
         reward = reward * config.reward_scale
