@@ -45,7 +45,7 @@ from tqdm import tqdm
 from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
-from jaxsched import policies, report
+from jaxsched import compile_cache, policies, report
 from jaxsched.errors import DataError
 from jaxsched.rollout import TURNS, rollout_timeline, sharded_rollout
 from jaxsched.sim.env import ClusterEnv
@@ -270,6 +270,7 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
     n_timeline = min(config.eval.timeline_episodes, config.eval.episodes) if config.eval.plots else 0
     total = config.eval.episodes * len(config.eval.schedulers)
     frames, schedules, timelines, timings = [], [], [], {}
+    clock = compile_cache.CompileClock()
     with tqdm(total=total, desc="episodes", unit="ep", disable=not show_progress) as bar:
         for name in config.eval.schedulers:
             start = time.perf_counter()
@@ -287,7 +288,8 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
                                               num_steps))
     per_episode = pd.concat(frames, ignore_index=True)
     info.update(nodes=len(nodes), gpus=nodes.total_gpus, work_capacity=cl.work_capacity(nodes),
-                episodes=config.eval.episodes, max_steps=max_steps, seconds_per_scheduler=timings)
+                episodes=config.eval.episodes, max_steps=max_steps, seconds_per_scheduler=timings,
+                compile=clock.since().as_dict())
     return Evaluation(per_episode, report.summarize(per_episode), info,
                       pd.concat(schedules, ignore_index=True) if schedules else None,
                       pd.concat(timelines, ignore_index=True) if timelines else None)
@@ -332,6 +334,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
     nodes = build_nodes(config)
     total = config.eval.episodes * len(config.eval.schedulers) * len(loads)
     frames, infos = [], {}
+    clock = compile_cache.CompileClock()
     with tqdm(total=total, desc="sweep", unit="ep", disable=not show_progress) as bar:
         for load in loads:
             c = with_load(config, load, nodes)
@@ -347,7 +350,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
     info = {"source": config.workload.source, "loads": list(loads), "nodes": len(nodes),
             "gpus": nodes.total_gpus, "work_capacity": cl.work_capacity(nodes),
             "episodes": config.eval.episodes, "saturation_growth": report.SATURATION_GROWTH,
-            "per_load": infos}
+            "per_load": infos, "compile": clock.since().as_dict()}
     return (per_episode, report.summarize(per_episode, by=["scheduler", "load"]),
             report.max_sustainable_load(per_episode), info)
 
@@ -426,7 +429,10 @@ def main(argv=None) -> int:
                              + ",".join(map(str, DEFAULT_SWEEP_LOADS)) + ")")
     parser.add_argument("--list", action="store_true", help="list the schedulers and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    compile_cache.enable_from_args(args)
+    clock = compile_cache.CompileClock()
     if args.list:
         for s in policies.REGISTRY.values():
             print(f"{s.name:16s} GPU rule {s.gpu_rule:10s} {s.description}")
@@ -473,6 +479,7 @@ def main(argv=None) -> int:
             print(report.markdown_table(result.summary))
         for line in report.warnings(per_episode, config.env):
             print(f"WARNING: {line}", file=sys.stderr)
+        print(clock.since().describe())
     except (DataError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

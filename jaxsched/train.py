@@ -64,7 +64,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from jaxsched.devices import configure_cpu
-from jaxsched import agents
+from jaxsched import agents, compile_cache
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import evaluate as ev
@@ -507,7 +507,10 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value for the evaluation only (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    compile_cache.add_arguments(parser)
     args, published = parser.parse_known_args(argv)
+    compile_cache.enable_from_args(args)
+    clock = compile_cache.CompileClock()
     overrides = list(args.set)
     if args.out:
         overrides.append(f"eval.out_dir={json.dumps(args.out)}")
@@ -576,6 +579,8 @@ def main(argv=None) -> int:
         info.update(eval=eval_info)
         print(table)
         print(paired_md)
+    info.update(compile=clock.since().as_dict())
+    print(clock.since().describe())
     (out_dir / "config.json").write_text(json.dumps(
         {"config": cfg_lib.to_dict(run.base), "eval_config": cfg_lib.to_dict(eval_run.base), "agent": dataclasses.asdict(run.agent),
          "train": dataclasses.asdict(run.train), "info": info}, indent=2, default=str))

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from jaxsched import compile_cache
 from jaxsched.devices import configure_cpu
 
 VARIANTS = {
@@ -59,7 +60,9 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     parser.add_argument("--out", default="results/drr_ablation")
     parser.add_argument("--quiet", action="store_true")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    compile_cache.enable_from_args(args)
     out = Path(args.out)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]

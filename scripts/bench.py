@@ -25,6 +25,7 @@ from pathlib import Path
 
 import jax
 
+from jaxsched import compile_cache
 from jaxsched.devices import configure_cpu
 from jaxsched import policies
 from jaxsched.benchmark import bench_jax, bench_reference, make_setup
@@ -46,7 +47,9 @@ def main(argv=None) -> int:
                              "fragmentation upkeep; frag metrics NaN. No benchmarked policy reads it")
     parser.add_argument("--name", default=None, help="output file stem (default: bench or bench_quick)")
     parser.add_argument("--out", default="results/bench")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    cache = compile_cache.enable_from_args(args)
     if args.quick:
         args.nodes, args.batches = [64], [1, 64, 1024]
     schedulers = [s for s in args.schedulers if s in policies.REGISTRY]
@@ -72,14 +75,16 @@ def main(argv=None) -> int:
                 print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}),
                       flush=True)
     meta = {"devices": [str(d) for d in jax.devices()], "platform": platform.platform(),
-            "processor": platform.processor(), "jax": jax.__version__, "shard": args.shard, "track_frag": args.track_frag,
+            "processor": platform.processor(), "jax": jax.__version__,
+            "compile_cache": str(cache) if cache else "off", "shard": args.shard, "track_frag": args.track_frag,
             "jobs_per_episode": args.jobs, "running_capacity": args.running_capacity,
             "command": "python scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = args.name or ("bench_quick" if args.quick else "bench")
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    lines = [f"Command: `{meta['command']}` — devices: {meta['devices']}, JAX {meta['jax']}", "",
+    lines = [f"Command: `{meta['command']}` — devices: {meta['devices']}, JAX {meta['jax']}, compile cache "
+             f"{'on (compile s: a cache read where the program was cached)' if cache else 'off'}", "",
              "| nodes | scheduler | batch | decisions/s | jobs/s | vs reference | compile s | state bytes/episode |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:

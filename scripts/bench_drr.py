@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from jaxsched import compile_cache
 from jaxsched.devices import configure_cpu
 
 
@@ -38,7 +39,9 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--out", help="write the table here (markdown)")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    compile_cache.enable_from_args(args)
     run = train_lib.load(args.config, args.set)
     tc, agent = run.train, run.agent
     env, env_params, workload, nodes = train_lib.setup(run)

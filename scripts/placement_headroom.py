@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsched import compile_cache
 from jaxsched import cluster as cl
 from jaxsched import evaluate as ev
 from jaxsched import policies, report, train
@@ -96,7 +97,9 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default=train.DEFAULT_CONFIG)
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--out", default="results/gnn_ddqn/headroom.md")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    compile_cache.enable_from_args(args)
     run = train.load(args.config, [f"eval.episodes={args.episodes}", f"eval.batch_size={args.episodes}"])
     config = run.base
     nodes = ev.build_nodes(config)

@@ -31,6 +31,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxsched import compile_cache
 from jaxsched import policies
 from jaxsched.benchmark import make_setup
 from jaxsched.devices import configure_cpu
@@ -128,7 +129,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", action="store_true", help="count event-loop turns instead of timing")
     parser.add_argument("--schedules", action="store_true", help="each episode alone vs vmapped stepping vs turn by turn")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    compile_cache.enable_from_args(args)
     if not args.turns:
         configure_cpu()  # before JAX starts its backend (make_setup below)
     batch = 1024

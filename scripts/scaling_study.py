@@ -29,6 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from jaxsched import compile_cache  # noqa: E402
 from jaxsched.benchmark import bench_jax, make_setup  # noqa: E402
 from jaxsched.devices import CORES_FLAG, configure_cpu  # noqa: E402
 
@@ -57,7 +58,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="results/scaling")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    compile_cache.enable_from_args(args)
     configure_cpu(every_core=False)  # one device here; the device axis sets its own count
     if args.quick:
         axes = {"batch": [1, 16, 256, 1024], "nodes": [32, 64, 128, 1213],

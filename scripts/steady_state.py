@@ -29,6 +29,7 @@ import jax
 import numpy as np
 import pandas as pd
 
+from jaxsched import compile_cache
 from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
@@ -91,7 +92,9 @@ def main(argv=None) -> int:
     parser.add_argument("--schedulers", nargs="+", default=["first-fit", "best-fit", "fgd"])
     parser.add_argument("--loads", type=float, nargs="+", default=[0.7, 0.9])
     parser.add_argument("--out", default="results/steady_state")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
+    compile_cache.enable_from_args(args)
     base = cfg_lib.load(args.config, args.set)
     nodes = ev.build_nodes(base)
     out = Path(args.out)

@@ -10,7 +10,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-from jaxsched import paths  # noqa: E402
+from jaxsched import compile_cache, paths  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,6 +27,7 @@ def compilation_cache(request, tmp_path_factory):
         root = root.parent
     folder = root / "xla-cache"
     folder.mkdir(exist_ok=True)
+    os.environ[compile_cache.ENV_VAR] = str(folder)  # CLIs run in-process enable this folder, not the user's
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
