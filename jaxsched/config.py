@@ -36,6 +36,15 @@ MEASURED_JOBS = 3_600
 EPISODE_JOBS = 18_000
 
 
+def check_positive_ints(obj, names) -> None:
+    """A ``ValueError`` naming ``Type.field`` for the first of ``names`` of the dataclass ``obj``
+    that is not an integer >= 1 (for a config's ``__post_init__``)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{type(obj).__name__}.{name} = {value!r}: must be a positive integer")
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     """preset_nodes: size of the openb-mix preset (used unless a node list is given).
@@ -101,6 +110,15 @@ class EvalConfig:
     sweep_loads: tuple = ()
     warmup_scheduler: str = ""
 
+    def __post_init__(self):
+        check_positive_ints(self, ("episodes", "batch_size"))
+        if not self.schedulers or not all(isinstance(s, str) and s for s in self.schedulers):
+            raise ValueError(f"EvalConfig.schedulers = {list(self.schedulers)!r}: must name at least one scheduler")
+        for field in ("max_steps", "timeline_episodes"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"EvalConfig.{field} = {value!r}: must be an integer >= 0")
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -124,15 +142,6 @@ def _coerce(value, kind, where: tuple):
                                                 and not (kind is int and isinstance(value, bool))):
         raise DataError(path, None, key, f"expected {kind.__name__}, got {value!r}")
     return value
-
-
-def check_positive_ints(obj, names) -> None:
-    """A ``ValueError`` naming ``Type.field`` for the first of ``names`` of the dataclass ``obj``
-    that is not an integer >= 1 (for a config's ``__post_init__``)."""
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{type(obj).__name__}.{name} = {value!r}: must be a positive integer")
 
 
 def from_dict(cls, data: dict, path="config", prefix=""):
@@ -197,6 +206,12 @@ def read_toml(path: str | Path) -> dict:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise DataError(path, None, None, "config file not found") from None
+    except IsADirectoryError:
+        raise DataError(path, None, None, "is a folder, not a TOML config file") from None
+    except UnicodeDecodeError as err:
+        raise DataError(path, None, None, f"not a UTF-8 text file (byte {err.start}): not a TOML config") from None
+    except OSError as err:
+        raise DataError(path, None, None, f"cannot read the config: {err.strerror or err}") from None
     except tomllib.TOMLDecodeError as err:
         raise DataError(path, getattr(err, "lineno", None), None, f"not valid TOML: {err}") from None
 

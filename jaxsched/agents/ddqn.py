@@ -72,7 +72,24 @@ class AgentConfig:
         if self.target not in ("periodic", "polyak"):
             raise ValueError(f"AgentConfig.target = {self.target!r}: must be 'periodic' or 'polyak'")
         check_positive_ints(self, ("hidden", "num_layers", "buffer_size", "batch_size", "grad_steps", "n_step",
-                                   "target_every"))
+                                   "target_every", "eps_decay"))
+
+        def bad(field, why):
+            raise ValueError(f"AgentConfig.{field} = {getattr(self, field)!r}: {why}")
+
+        if self.buffer_size < self.batch_size:
+            bad("buffer_size", f"must hold at least one batch (batch_size {self.batch_size})")
+        if not isinstance(self.learning_starts, int) or isinstance(self.learning_starts, bool) \
+                or not 0 <= self.learning_starts <= self.buffer_size:
+            bad("learning_starts", f"must be an integer in [0, buffer_size = {self.buffer_size}]")
+        for field in ("lr", "max_grad_norm"):
+            if not getattr(self, field) > 0:
+                bad(field, "must be > 0")
+        for field in ("gamma", "eps_start", "eps_end"):
+            if not 0.0 <= getattr(self, field) <= 1.0:
+                bad(field, "must be in [0, 1]")
+        if not 0.0 < self.tau <= 1.0:
+            bad("tau", "must be in (0, 1]")
 
 
 class QNetwork(nnx.Module):
