@@ -45,7 +45,7 @@ from tqdm import tqdm
 from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
-from jaxsched import compile_cache, policies, report
+from jaxsched import compile_cache, outputs, policies, report
 from jaxsched.errors import DataError
 from jaxsched.rollout import TURNS, rollout_timeline, sharded_rollout
 from jaxsched.sim.env import ClusterEnv
@@ -271,25 +271,35 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
     total = config.eval.episodes * len(config.eval.schedulers)
     frames, schedules, timelines, timings = [], [], [], {}
     clock = compile_cache.CompileClock()
+    interrupted = False
     with tqdm(total=total, desc="episodes", unit="ep", disable=not show_progress) as bar:
         for name in config.eval.schedulers:
-            start = time.perf_counter()
-            frame, records = run_scheduler(name, config, params, jobs, env_keys, max_steps, bar)
-            frame["offered_load"] = rho
+            try:
+                start = time.perf_counter()
+                frame, records = run_scheduler(name, config, params, jobs, env_keys, max_steps, bar)
+                frame["offered_load"] = rho
+                jobs_frame = timeline = None
+                if want_schedule:  # every job with --per-job; the plots need the measured ones
+                    jobs_frame = report.schedule_frame(name, host_jobs, records, static, config.env.warmup_jobs)
+                    jobs_frame = jobs_frame if config.eval.per_job else jobs_frame[jobs_frame["measured"]]
+                if n_timeline > 0:
+                    num_steps = max(int(frame["decisions"][:n_timeline].max()), 1)
+                    few = jax.tree.map(lambda x: x[:n_timeline], jobs)
+                    timeline = run_timeline(name, config, params, few, env_keys[:n_timeline], num_steps)
+            except KeyboardInterrupt:  # keep the schedulers that finished
+                if not frames:
+                    raise
+                interrupted = True
+                break
             frames.append(frame)
             timings[name] = round(time.perf_counter() - start, 3)
-            if want_schedule:  # every job with --per-job; the plots need the measured ones
-                jobs_frame = report.schedule_frame(name, host_jobs, records, static, config.env.warmup_jobs)
-                schedules.append(jobs_frame if config.eval.per_job else jobs_frame[jobs_frame["measured"]])
-            if n_timeline > 0:
-                num_steps = max(int(frame["decisions"][:n_timeline].max()), 1)
-                few = jax.tree.map(lambda x: x[:n_timeline], jobs)
-                timelines.append(run_timeline(name, config, params, few, env_keys[:n_timeline],
-                                              num_steps))
+            schedules += [] if jobs_frame is None else [jobs_frame]
+            timelines += [] if timeline is None else [timeline]
     per_episode = pd.concat(frames, ignore_index=True)
     info.update(nodes=len(nodes), gpus=nodes.total_gpus, work_capacity=cl.work_capacity(nodes),
                 episodes=config.eval.episodes, max_steps=max_steps, seconds_per_scheduler=timings,
-                compile=clock.since().as_dict())
+                compile=clock.since().as_dict(), interrupted=interrupted,
+                schedulers_done=list(timings))
     return Evaluation(per_episode, report.summarize(per_episode), info,
                       pd.concat(schedules, ignore_index=True) if schedules else None,
                       pd.concat(timelines, ignore_index=True) if timelines else None)
@@ -335,22 +345,29 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
     total = config.eval.episodes * len(config.eval.schedulers) * len(loads)
     frames, infos = [], {}
     clock = compile_cache.CompileClock()
+    done = []  # (load, scheduler) pairs run
     with tqdm(total=total, desc="sweep", unit="ep", disable=not show_progress) as bar:
-        for load in loads:
-            c = with_load(config, load, nodes)
-            jobs, params, max_steps, env_keys, info = _setup(c, nodes)
-            rho = report.offered_load(jax.device_get(jobs), cl.work_capacity(nodes))
-            for name in config.eval.schedulers:
-                frame, _ = run_scheduler(name, c, params, jobs, env_keys, max_steps, bar)
-                frame.insert(1, "load", load)
-                frame["offered_load"] = rho
-                frames.append(frame)
-            infos[str(load)] = info
+        try:
+            for load in loads:
+                c = with_load(config, load, nodes)
+                jobs, params, max_steps, env_keys, info = _setup(c, nodes)
+                rho = report.offered_load(jax.device_get(jobs), cl.work_capacity(nodes))
+                infos[str(load)] = info
+                for name in config.eval.schedulers:
+                    frame, _ = run_scheduler(name, c, params, jobs, env_keys, max_steps, bar)
+                    frame.insert(1, "load", load)
+                    frame["offered_load"] = rho
+                    frames.append(frame)
+                    done.append(f"{name} at {load}")
+        except KeyboardInterrupt:  # keep what finished
+            if not frames:
+                raise
     per_episode = pd.concat(frames, ignore_index=True)
     info = {"source": config.workload.source, "loads": list(loads), "nodes": len(nodes),
             "gpus": nodes.total_gpus, "work_capacity": cl.work_capacity(nodes),
             "episodes": config.eval.episodes, "saturation_growth": report.SATURATION_GROWTH,
-            "per_load": infos, "compile": clock.since().as_dict()}
+            "per_load": infos, "compile": clock.since().as_dict(),
+            "interrupted": len(done) < len(loads) * len(config.eval.schedulers), "schedulers_done": done}
     return (per_episode, report.summarize(per_episode, by=["scheduler", "load"]),
             report.max_sustainable_load(per_episode), info)
 
@@ -462,9 +479,10 @@ def main(argv=None) -> int:
         for name in config.eval.schedulers + ((config.eval.warmup_scheduler,) if config.eval.warmup_scheduler else ()):
             policies.get(name)
         out_dir = Path(config.eval.out_dir)
+        outputs.check_writable(out_dir)  # before the work, not after it
         if config.eval.sweep_loads:
             per_episode, summary, max_load, info = sweep_load(config, show_progress=not args.quiet)
-            written = write_sweep(out_dir, config, per_episode, summary, max_load, info)
+            written = outputs.publish(out_dir, lambda d: write_sweep(d, config, per_episode, summary, max_load, info))
             print(f"{info['episodes']} episodes x {len(config.eval.schedulers)} schedulers x "
                   f"{len(info['loads'])} loads on {info['nodes']} nodes ({info['gpus']} GPUs), "
                   f"workload: {info['source']}")
@@ -472,7 +490,7 @@ def main(argv=None) -> int:
             print(report.max_load_table(max_load))
         else:
             result = evaluate(config, show_progress=not args.quiet)
-            written = write_outputs(out_dir, config, result)
+            written = outputs.publish(out_dir, lambda d: write_outputs(d, config, result))
             per_episode, info = result.per_episode, result.info
             print(f"{info['episodes']} episodes x {len(config.eval.schedulers)} schedulers on "
                   f"{info['nodes']} nodes ({info['gpus']} GPUs), workload: {info['source']}")
@@ -484,6 +502,10 @@ def main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {out_dir}/" + ", ".join(written))
+    if info.get("interrupted"):
+        print(f"interrupted: the results above are those of {', '.join(info['schedulers_done'])} only",
+              file=sys.stderr)
+        return 130
     return 0
 
 

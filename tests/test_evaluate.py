@@ -55,6 +55,29 @@ def cli_run(tmp_path_factory):
     return out
 
 
+def test_ctrl_c_keeps_the_schedulers_that_finished(tmp_path, monkeypatch, capsys):
+    real = evaluate.run_scheduler
+
+    def interrupted_on_best_fit(name, *args, **kwargs):
+        if name == "best-fit":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "run_scheduler", interrupted_on_best_fit)
+    sets = [x for s in TINY for x in ("--set", s)]
+    assert run_cli(*sets, "--schedulers", SCHEDULERS, "--no-plots", "--out", str(tmp_path)) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert set(pd.read_csv(tmp_path / "per_episode.csv")["scheduler"]) == {"first-fit"}
+    assert set(pd.read_csv(tmp_path / "summary.csv")["scheduler"]) == {"first-fit"}
+
+
+def test_an_unwritable_out_dir_fails_before_any_episode(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(evaluate, "run_scheduler", lambda *a, **k: pytest.fail("ran before checking"))
+    (tmp_path / "a-file").write_text("")
+    assert run_cli("--out", str(tmp_path / "a-file" / "out")) == 2
+    assert "eval.out_dir" in capsys.readouterr().err
+
+
 def test_cli_writes_every_output_file(cli_run):
     for name in ("per_episode.csv", "summary.csv", "summary.md", "config.json", "per_job.csv",
                  "timeline.csv"):
