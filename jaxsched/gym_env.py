@@ -1,0 +1,179 @@
+"""Gymnasium envs over the gymnax env (``gymnax_env``): ``jaxsched/Cluster-v0``.
+
+``ClusterGymEnv`` and ``ClusterGymVectorEnv``, registered by ``import jaxsched`` (its
+``__init__``) when gymnasium is installed, so ``gymnasium.make`` needs no import first::
+
+    env = gymnasium.make("jaxsched:jaxsched/Cluster-v0", num_nodes=8, num_jobs=64)
+    obs, info = env.reset(seed=0)                 # obs: [D] float32; info["action_mask"]: [A] bool
+    obs, reward, terminated, truncated, info = env.step(action)
+    envs = gymnasium.make_vec("jaxsched:jaxsched/Cluster-v0", num_envs=64,
+                              vectorization_mode="vector_entry_point")   # batched in JAX
+
+kwargs (both): those of ``gymnax_env.make``: num_nodes (openb-mix preset), num_jobs, load
+(offered load rho), window (K), workload ("synthetic" or "openb" with trace=path,
+trace_windows), seed (picks the trace windows), max_steps (decisions per episode before
+truncation; 0: 3 x jobs + 100), allow_reject, config (a run config or TOML path to start
+from), and any ``EnvConfig`` field (e.g. reward="placed_jct").
+
+Observation: the flat ``gymnax_env.features`` vector, a Box [D] float32. Action: Discrete(A),
+the flat layout of ``jaxsched.actions`` (A = K*N + K + 1). The legal actions are in
+``info["action_mask"]`` [A] bool (vector env: [E, A]) and ``env.action_masks()`` (what
+sb3-contrib's MaskablePPO calls); rejects are masked off unless ``allow_reject``. An action
+outside the mask is a wait when an event is pending, else a no-op; it counts as a step, so
+an episode can't hang: it is truncated at ``max_steps`` decisions. At the end of an episode (terminated
+or truncated) the single env's ``info["metrics"]`` holds its metrics (``sim.metrics``: mean
+JCT in seconds is ``metrics["jct_mean"]``); ``env.metrics()`` gives them at any time.
+
+Seeding: ``reset(seed=s)`` starts the env's JAX key chain at ``key(s)``; each reset takes the
+next episode key from the chain (so ``reset()`` without a seed draws a new episode). Decision
+t of an episode uses ``fold_in(step key, t)``: the same seed gives the same episodes. The
+vector env's env i with ``reset(seed=s)`` plays the episodes of the single env seeded s + i.
+
+Vector env: autoreset mode NEXT_STEP (gymnasium 1.x's default): the step that ends an
+episode returns its last observation; the next ``step`` call resets that env (its action is
+ignored; reward 0, terminated and truncated False) and returns the new episode's first
+observation. Between the two, ``metrics()`` shows the finished episodes. Every env is stepped
+in one jitted ``vmap``; the resets run (for all envs, kept where due) only when some env is due.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from gymnasium.vector.utils import batch_space
+
+from jaxsched import gymnax_env
+
+
+@struct.dataclass
+class Episode:
+    """One env between steps: its key chain, this episode's step key, state and observation."""
+
+    chain: jax.Array
+    step_key: jax.Array
+    state: gymnax_env.State
+    obs: gymnax_env.Obs
+
+
+def start(env: gymnax_env.ClusterGymnax, params: gymnax_env.Params, chain) -> Episode:
+    """A fresh episode from the next key of ``chain``."""
+    chain, key = jax.random.split(chain)
+    k_reset, k_steps = jax.random.split(key)
+    obs, state = env.reset_env(k_reset, params)
+    return Episode(chain, k_steps, state, obs)
+
+
+def advance(env: gymnax_env.ClusterGymnax, params: gymnax_env.Params, ep: Episode, action):
+    """One decision -> (episode, reward, terminated, truncated, legal)."""
+    obs, state, reward, terminated, info = env.step_env(
+        jax.random.fold_in(ep.step_key, ep.state.time), ep.state, action, params)
+    truncated = env.is_truncated(state, params) & ~terminated
+    return ep.replace(state=state, obs=obs), reward, terminated, truncated, info["legal"]
+
+
+def _spaces(env: gymnax_env.ClusterGymnax, params: gymnax_env.Params):
+    size = env.observation_space(params).spaces["features"].shape
+    return (gymnasium.spaces.Box(0.0, np.inf, size, np.float32),
+            gymnasium.spaces.Discrete(env.num_actions))
+
+
+def _seed_key(seed) -> jax.Array:
+    """A key from a gymnasium seed; None: fresh entropy."""
+    return jax.random.key(np.random.SeedSequence(seed).generate_state(1)[0] if seed is None else seed)
+
+
+class ClusterGymEnv(gymnasium.Env):
+    """One cluster env, stepped by a jitted JAX step (module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, render_mode=None, **kwargs):
+        self.gx, self.params = gymnax_env.make(**kwargs)
+        self.observation_space, self.action_space = _spaces(self.gx, self.params)
+        self._start = jax.jit(lambda chain: start(self.gx, self.params, chain))
+        self._advance = jax.jit(lambda ep, action: advance(self.gx, self.params, ep, action))
+        self._metrics = jax.jit(lambda state: self.gx.metrics(state, self.params))
+        self._chain, self._ep = None, None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None or self._chain is None:
+            self._chain = _seed_key(seed)
+        self._ep = self._start(self._chain)
+        self._chain = self._ep.chain
+        return np.array(self._ep.obs.features), {"action_mask": self.action_masks()}
+
+    def step(self, action):
+        self._ep, reward, terminated, truncated, legal = self._advance(self._ep, jnp.int32(action))
+        terminated, truncated = bool(terminated), bool(truncated)
+        info = {"action_mask": self.action_masks(), "legal": bool(legal)}
+        if terminated or truncated:
+            info["metrics"] = self.metrics()
+        return np.array(self._ep.obs.features), float(reward), terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """[A] bool: the legal actions now."""
+        return np.array(self._ep.obs.action_mask)
+
+    def metrics(self) -> dict:
+        """The current episode's metrics (``sim.metrics.summarize``), as Python floats."""
+        return {k: float(v) for k, v in self._metrics(self._ep.state).items()}
+
+
+class ClusterGymVectorEnv(gymnasium.vector.VectorEnv):
+    """``num_envs`` cluster envs batched in JAX (one jitted vmap); autoreset NEXT_STEP."""
+
+    metadata = {"render_modes": [], "autoreset_mode": gymnasium.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 64, render_mode=None, **kwargs):
+        self.num_envs = num_envs
+        self.gx, self.params = gymnax_env.make(**kwargs)
+        self.single_observation_space, self.single_action_space = _spaces(self.gx, self.params)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        gx, params = self.gx, self.params
+        self._start = jax.jit(jax.vmap(lambda chain: start(gx, params, chain)))
+        self._step = jax.jit(self._step_all)
+        self._metrics = jax.jit(jax.vmap(lambda state: gx.metrics(state, params)))
+        self._eps, self._autoreset = None, None
+
+    def _step_all(self, eps: Episode, action, autoreset):
+        """Step every env; envs in ``autoreset`` start a new episode instead (NEXT_STEP)."""
+        stepped, reward, terminated, truncated, legal = jax.vmap(
+            lambda ep, a: advance(self.gx, self.params, ep, a))(eps, action)
+        fresh = jax.lax.cond(autoreset.any(), lambda: jax.vmap(lambda c: start(self.gx, self.params, c))(eps.chain),
+                             lambda: stepped)
+        eps = jax.tree.map(lambda new, old: jnp.where(autoreset.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+                           fresh, stepped)
+        return (eps, jnp.where(autoreset, 0.0, reward), terminated & ~autoreset,
+                truncated & ~autoreset, legal & ~autoreset)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is None and self._eps is not None:
+            chains = self._eps.chain
+        else:
+            seeds = seed if isinstance(seed, (list, tuple)) else (
+                [None] * self.num_envs if seed is None else [seed + i for i in range(self.num_envs)])
+            chains = jnp.stack([_seed_key(s) for s in seeds])
+        self._eps = self._start(chains)
+        self._autoreset = jnp.zeros(self.num_envs, bool)
+        return np.array(self._eps.obs.features), {"action_mask": self.action_masks()}
+
+    def step(self, actions):
+        actions = jnp.asarray(np.asarray(actions), jnp.int32)
+        self._eps, reward, terminated, truncated, legal = self._step(self._eps, actions, self._autoreset)
+        self._autoreset = terminated | truncated
+        info = {"action_mask": self.action_masks(), "legal": np.asarray(legal)}
+        return (np.array(self._eps.obs.features), np.array(reward), np.array(terminated),
+                np.array(truncated), info)
+
+    def action_masks(self) -> np.ndarray:
+        """[E, A] bool: each env's legal actions now."""
+        return np.array(self._eps.obs.action_mask)
+
+    def metrics(self) -> dict:
+        """Each env's current episode's metrics ([E] numpy arrays)."""
+        return {k: np.asarray(v) for k, v in self._metrics(self._eps.state).items()}

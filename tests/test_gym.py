@@ -1,0 +1,183 @@
+"""The gymnax and Gymnasium envs (``jaxsched.gymnax_env``, ``jaxsched.gym_env``) on a tiny
+cluster: the same episodes as the native ``ClusterEnv`` API, gymnasium's checker, the vector
+env to the end of every episode, and seeding."""
+
+from __future__ import annotations
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from jaxsched import actions, gymnax_env, policies
+from jaxsched.workload import synthetic
+
+TINY = dict(num_nodes=4, num_jobs=12, load=0.9, window=2)  # 4 nodes x 2 slots: 11 actions
+ID = "jaxsched:jaxsched/Cluster-v0"
+
+
+def _first_fit(obs):
+    return policies.get("first-fit").policy(None, obs, None)
+
+
+def test_gymnax_under_jit_vmap_plays_the_native_episodes():
+    env, params = gymnax_env.make(**TINY)
+    keys = jax.random.split(jax.random.key(3), 4)
+    steps = params.max_steps_in_episode
+
+    def gymnax_episode(key):
+        obs0, state = env.reset(key, params)
+
+        def body(state, t):
+            action = _first_fit(env.sim.observe(state.sim, params.sim))
+            obs, state, reward, done, info = env.step_env(jax.random.fold_in(key, t), state, action, params)
+            return state, (reward, done, info["legal"], action, obs.action_mask)
+
+        state, out = jax.lax.scan(body, state, jnp.arange(steps))
+        return state.sim.jobs, obs0, env.metrics(state, params), out
+
+    def native_episode(key):  # what gymnax_env says reset_env does, with the native API
+        k_jobs, k_sim = jax.random.split(key)
+        jobs = synthetic.generate(k_jobs, params.synthetic)
+        state, obs0 = env.sim.reset(k_sim, params.sim, jobs)
+
+        def body(carry, t):
+            state, obs = carry
+            state, obs, reward, done, _ = env.sim.step(jax.random.fold_in(key, t), state, _first_fit(obs), params.sim)
+            return (state, obs), (reward, done)
+
+        (state, _), out = jax.lax.scan(body, (state, obs0), jnp.arange(steps))
+        return jobs, obs0.action_mask, env.sim.metrics(state, params.sim), out
+
+    both = jax.jit(jax.vmap(lambda k: (gymnax_episode(k), native_episode(k))))
+    (g_jobs, g_obs0, g_metrics, (g_reward, g_done, g_legal, g_action, g_mask)), \
+        (n_jobs, n_mask0, n_metrics, (n_reward, n_done)) = both(keys)
+
+    equal = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)  # noqa: E731
+    equal(g_jobs, n_jobs)
+    np.testing.assert_array_equal(g_reward, n_reward)
+    np.testing.assert_array_equal(g_done, n_done)
+    equal(g_metrics, n_metrics)
+    assert g_done[:, -1].all() and not g_done[:, 0].any()  # whole episodes of several decisions
+    assert (np.asarray(g_metrics["done"]) == 1).all() and (g_reward < 0).any()
+    live = ~np.concatenate([np.zeros((4, 1), bool), np.asarray(g_done[:, :-1])], 1)
+    assert g_legal[live].all()
+    # Each action was legal in the mask the agent saw; a done episode has no legal action.
+    before = np.concatenate([np.asarray(g_obs0.action_mask)[:, None], np.asarray(g_mask)[:, :-1]], 1)
+    assert np.take_along_axis(before, np.asarray(g_action)[..., None], -1)[..., 0][live].all()
+    assert not before[~live].any()
+    # The mask is the env's with rejects off (allow_reject=False).
+    is_reject = actions.is_reject(np.arange(env.num_actions), 2, 4)
+    np.testing.assert_array_equal(g_obs0.action_mask, np.asarray(n_mask0) & ~is_reject)
+    assert is_reject.any() and np.asarray(n_mask0)[:, is_reject].any()
+    assert g_obs0.features.shape == (4,) + env.observation_space(params).spaces["features"].shape
+
+
+def test_gymnax_bank_picks_each_episode_uniformly():
+    env, params = gymnax_env.make(**TINY)
+    bank = jax.vmap(lambda k: synthetic.generate(k, params.synthetic))(jax.random.split(jax.random.key(9), 3))
+    params = params.replace(bank=bank)
+    drawn = jax.jit(jax.vmap(env.draw_jobs, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 300), params)
+    picks = [[np.array_equal(w, bank.work_s[b]) for b in range(3)] for w in np.asarray(drawn.work_s)]
+    assert all(sum(p) == 1 for p in picks)  # every draw is one of the bank's episodes
+    counts = np.sum(picks, 0)
+    assert counts.min() > 70  # about 100 each
+
+
+@pytest.fixture(scope="module")
+def gym_env():
+    env = gymnasium.make(ID, **TINY)
+    yield env
+    env.close()
+
+
+def test_gymnasium_make_needs_no_import_and_passes_check_env(gym_env):
+    assert gymnasium.spec("jaxsched/Cluster-v0").vector_entry_point is not None
+    check_env(gym_env.unwrapped, skip_render_check=True)
+    assert gym_env.action_space.n == actions.num_actions(2, 4)
+
+
+def _random_legal(rng, mask):
+    """One uniformly random legal action per row of ``mask`` [E, A] (0 where none is legal)."""
+    scores = np.where(mask, rng.random(mask.shape), -1.0)
+    return scores.argmax(-1)
+
+
+def test_gymnasium_episode_masks_metrics_and_seeding(gym_env):
+    rng = np.random.default_rng(0)
+
+    def play(seed):
+        obs, info = gym_env.reset(seed=seed)
+        trace, rewards = [obs], []
+        while True:
+            mask = info["action_mask"]
+            np.testing.assert_array_equal(mask, gym_env.unwrapped.action_masks())
+            obs, reward, terminated, truncated, info = gym_env.step(_random_legal(rng, mask[None])[0])
+            assert info["legal"]
+            trace.append(obs)
+            rewards.append(reward)
+            if terminated or truncated:
+                return np.stack(trace), rewards, terminated, info["metrics"]
+
+    rng = np.random.default_rng(0)
+    a = play(5)
+    rng = np.random.default_rng(0)
+    b = play(5)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[1] == b[1] and a[2]  # terminated, not truncated
+    assert a[3]["done"] == 1 and a[3]["jct_mean"] > 0
+    np.testing.assert_allclose(sum(a[1]), sum(b[1]))
+    # Unseeded resets go on along the key chain: a new episode, not the seeded one again.
+    gym_env.reset(seed=5)
+    gym_env.reset()
+    e_jobs = np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s)
+    gym_env.reset(seed=5)
+    assert not np.array_equal(e_jobs, np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s))
+
+
+def test_illegal_actions_cannot_hang_an_episode(gym_env):
+    """Nothing but a masked-off action (reject slot 0; rejects are off): never a reject, but
+    waits while events are pending, then no-ops until the step cap truncates the episode."""
+    _, info = gym_env.reset(seed=0)
+    illegal = actions.reject(0, 2, 4)
+    assert not info["action_mask"][illegal]
+    cap = gym_env.unwrapped.params.max_steps_in_episode
+    for t in range(1, cap + 1):
+        _, _, terminated, truncated, info = gym_env.step(illegal)
+        assert not info["legal"]
+        if terminated or truncated:
+            break
+    assert truncated and not terminated and t == cap
+    assert info["metrics"]["done"] == 0 and info["metrics"]["rejected"] == 0
+
+
+def test_make_vec_64_envs_run_every_episode_to_its_end():
+    envs = gymnasium.make_vec(ID, num_envs=64, vectorization_mode="vector_entry_point", **TINY)
+    assert envs.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.NEXT_STEP
+    rng = np.random.default_rng(1)
+    obs, info = envs.reset(seed=10)
+    assert obs.shape == (64,) + envs.single_observation_space.shape
+    first_jobs = np.asarray(envs.unwrapped._eps.state.sim.jobs.arrival_s)
+    ended = np.zeros(64, bool)
+    for _ in range(envs.unwrapped.params.max_steps_in_episode):
+        obs, reward, terminated, truncated, info = envs.step(_random_legal(rng, info["action_mask"]))
+        assert not truncated.any()
+        first = terminated & ~ended
+        if first.any():
+            metrics = envs.unwrapped.metrics()  # NEXT_STEP: the finished episodes are still there
+            assert (metrics["done"][first] == 1).all()
+        ended |= terminated
+        if ended.all():
+            break
+    assert ended.all()
+    # The next step resets exactly the envs that just ended: reward 0, a live new episode.
+    just = terminated.copy()
+    obs, reward, terminated, truncated, info = envs.step(_random_legal(rng, info["action_mask"]))
+    assert (reward[just] == 0).all() and info["action_mask"][just].any(-1).all()
+    # Env i of a vector env seeded s plays the episode of the single env seeded s + i.
+    single = gymnasium.make(ID, **TINY)
+    single.reset(seed=10 + 7)
+    np.testing.assert_array_equal(np.asarray(single.unwrapped._ep.state.sim.jobs.arrival_s), first_jobs[7])
+    envs.close()
