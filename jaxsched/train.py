@@ -25,8 +25,14 @@ Writes under ``eval.out_dir`` (``results/runs/<run>/``):
                       (every run and the agent kept so far)
   per_episode.csv, summary.csv, summary.md, paired.csv   held-out evaluation
   learning_curve.png, comparison.png, jct_cdf.png, config.json
+  train_run.json      the settings the checkpoints are trained with (``run_identity``)
 ``--resume`` continues from the last checkpoint of the same folder; the result equals that
 of an uninterrupted run (the checkpoint holds every bit of the runner, RNG key included).
+It refuses a folder without checkpoints and a config that differs from ``train_run.json``
+(e.g. another train.seed; train.total_updates may grow), falls back to the checkpoint
+before a latest one that cannot be read, and says on stderr what a missing, cut or edited
+log lost. A fresh run refuses a folder that holds checkpoints. Logs are written
+atomically (a kill leaves the old or the new file).
 ``--checkpoint DIR`` skips training and evaluates the agent kept in DIR's last checkpoint.
 ``--eval-set section.key=value`` changes the evaluation only, e.g. the agent trained on the
 synthetic workload evaluated on windows of the openb trace at rho 0.9 (a transfer test)::
@@ -51,8 +57,10 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -288,12 +296,24 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
     log_path, valid_path = out_dir / "train_log.csv", out_dir / "valid_log.csv"
     mgr = checkpoint.manager(out_dir / "checkpoints") if tc.checkpoint_every else None
     rows, valid_rows = [], []
-    if resume and mgr is not None:
+    if resume:
+        if mgr is None:
+            raise DataError("config", None, "train.checkpoint_every",
+                            "is 0: this run writes no checkpoints, so --resume has nothing to continue")
+        check_same_run(out_dir, run)
         step, restored = checkpoint.restore(mgr, _checkpoint_tree(runners, selection))
-        if step is not None:
-            runners, selection = restored["runners"], restored["selection"]
-            rows = _rows_until(log_path, step)
-            valid_rows = _rows_until(valid_path, step)
+        if step is None:
+            raise DataError(str(out_dir / "checkpoints"), None, "--resume",
+                            "no checkpoint to resume from (run without --resume to start afresh)")
+        runners, selection = restored["runners"], restored["selection"]
+        rows = _rows_until(log_path, step, tc.num_seeds * step // tc.chunk_updates)
+        valid_rows = _rows_until(valid_path, step, None)
+    else:
+        if has_checkpoint(out_dir):
+            raise DataError(str(out_dir / "checkpoints"), None, "--out",
+                            "holds checkpoints of an earlier run: --resume continues it; "
+                            "another --out (or deleting them) starts afresh")
+        _write_atomically(out_dir / RUN_FILE, json.dumps(run_identity(run), indent=1, default=str))
     start = int(runners.update[0])
     end = tc.total_updates if stop_after is None else min(tc.total_updates, stop_after)
     started = time.perf_counter()
@@ -357,18 +377,83 @@ def _validate(play, runners, selection: Selection, seed: int):
     return selection, rows
 
 
-def _rows_until(path: Path, update: int) -> list:
-    if not path.exists():
+def has_checkpoint(out_dir: Path) -> bool:
+    """``out_dir`` holds a training checkpoint (a step folder under ``checkpoints/``)."""
+    folder = Path(out_dir) / "checkpoints"
+    return folder.is_dir() and any(p.is_dir() and p.name.isdigit() for p in folder.iterdir())
+
+
+RUN_FILE = "train_run.json"  # what a run's checkpoints were trained with (``run_identity``)
+
+
+def run_identity(run: RunConfig) -> dict:
+    """The settings a resumed run must share with the checkpoints it continues: all but the
+    evaluation and train.total_updates / checkpoint_every (a run may be extended), as JSON."""
+    train_part = {k: v for k, v in dataclasses.asdict(run.train).items()
+                  if k not in ("total_updates", "checkpoint_every")}
+    base = cfg_lib.to_dict(run.base)
+    base.pop("eval")
+    return json.loads(json.dumps({**base, "agent": dataclasses.asdict(run.agent), "train": train_part},
+                                 default=str))
+
+
+def check_same_run(out_dir: Path, run: RunConfig) -> None:
+    """A ``DataError`` naming the settings that differ if ``out_dir``'s checkpoints were
+    trained with another config (e.g. another train.seed, which would mislabel the agent)."""
+    path = out_dir / RUN_FILE
+    try:
+        saved = json.loads(path.read_text())
+    except FileNotFoundError:
+        print(f"WARNING: {path} is missing: cannot check that --resume continues the same run",
+              file=sys.stderr)
+        return
+    except (OSError, ValueError) as err:
+        raise DataError(str(path), None, "--resume", f"cannot be read ({err}): cannot check the run") from None
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    now, then = flat(run_identity(run)), flat(saved)
+    differ = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
+    if differ:
+        shown = "; ".join(f"{k} = {now.get(k)!r} now, {then.get(k)!r} in the checkpoints" for k in differ[:5])
+        raise DataError(str(path), None, "--resume", f"these checkpoints were trained with other settings: {shown}"
+                        + (f" (and {len(differ) - 5} more)" if len(differ) > 5 else ""))
+
+
+def _rows_until(path: Path, update: int, expected: int | None) -> list:
+    """The log's rows up to ``update`` (``expected`` of them, when known); a log that is
+    missing, unreadable or short is said on stderr and continued from what it holds."""
+    try:
+        frame = pd.read_csv(path)
+        frame = frame[pd.to_numeric(frame["update"], errors="coerce") <= update]
+        frame = frame[frame[frame.columns[-1]].notna()]  # a row cut short lacks its last field
+    except (OSError, ValueError, KeyError, pd.errors.ParserError) as err:  # EmptyDataError is a ValueError
+        print(f"WARNING: {path} cannot be read ({type(err).__name__}: {err}); the log restarts at "
+              f"update {update}, earlier rows are lost", file=sys.stderr)
         return []
-    frame = pd.read_csv(path)
-    return frame[frame["update"] <= update].to_dict("records")
+    if expected is not None and len(frame) != expected:
+        print(f"WARNING: {path} holds {len(frame)} rows up to update {update}, {expected} expected: "
+              "it was changed after it was written", file=sys.stderr)
+    return frame.to_dict("records")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a file so that a kill at any point leaves the old or the new one, never a cut one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _write_rows(path: Path, rows, fields) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    _write_atomically(path, out.getvalue())
 
 
 def validation_config(run: RunConfig) -> cfg_lib.Config:

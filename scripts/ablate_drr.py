@@ -82,7 +82,8 @@ def main(argv=None) -> int:
         run = dataclasses.replace(base_run, agent=dataclasses.replace(base_run.agent, **VARIANTS[name]))
         start = time.perf_counter()
         print(f"== {name}: training", flush=True)
-        trained = train_lib.train(run, out / "runs" / name, resume=True, show_progress=not args.quiet)
+        folder = out / "runs" / name
+        trained = train_lib.train(run, folder, resume=train_lib.has_checkpoint(folder), show_progress=not args.quiet)
         play = train_lib.agent_episodes(run.base, trained.trainer.scheduler)
         frame = pd.DataFrame(play(trained.selection.params))
         frame.insert(0, "episode", np.arange(len(frame)))

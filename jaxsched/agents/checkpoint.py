@@ -7,6 +7,7 @@ flashbax buffer, env state) round-trips without orbax knowing its node types.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import jax
@@ -57,11 +58,22 @@ def save(mgr: ocp.CheckpointManager, step: int, runner) -> None:
 
 
 def restore(mgr: ocp.CheckpointManager, like, step: int | None = None):
-    """(step, runner) of checkpoint ``step`` (default: the latest), shaped like ``like``;
-    (None, None) when there is none. A checkpoint of another shape (another config) is a
-    ``DataError``, not a silent reshape."""
-    step = mgr.latest_step() if step is None else step
-    if step is None:
-        return None, None
-    data = mgr.restore(step, args=ocp.args.StandardRestore(_to_dict(like)))
-    return step, _from_dict(data, like, f"{mgr.directory}/{step}")
+    """(step, runner) of checkpoint ``step`` (default: the latest that can be read), shaped
+    like ``like``; (None, None) when there is none. A latest checkpoint that cannot be read
+    (cut or corrupt files) is said on stderr and the one before it is tried; none readable
+    is a ``DataError``. A checkpoint of another shape (another config) is a ``DataError``,
+    not a silent reshape, and no fallback."""
+    steps = [step] if step is not None else sorted(mgr.all_steps(), reverse=True)
+    for s in steps:
+        try:
+            data = mgr.restore(s, args=ocp.args.StandardRestore(_to_dict(like)))
+        except Exception as err:  # orbax, tensorstore and zarr raise many kinds
+            reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+            print(f"WARNING: checkpoint {mgr.directory}/{s} cannot be read ({reason})"
+                  + ("; trying the one before" if s != steps[-1] else ""), file=sys.stderr)
+            continue
+        return s, _from_dict(data, like, f"{mgr.directory}/{s}")
+    if steps:
+        raise DataError(str(mgr.directory), None, "checkpoint",
+                        f"no readable checkpoint among steps {sorted(steps)}")
+    return None, None

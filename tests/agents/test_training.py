@@ -56,6 +56,44 @@ def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
     _leaves_equal(loaded, whole.selection)
 
 
+def test_resume_falls_back_past_a_corrupt_checkpoint_and_says_what_the_log_lost(tmp_path, capfd):
+    run = tiny_run("train.total_updates=30")
+    whole = train_lib.train(run, tmp_path / "whole", show_progress=False)
+    cut = tmp_path / "cut"
+    train_lib.train(run, cut, show_progress=False, stop_after=20)  # keeps checkpoints 10 and 20
+    for f in (cut / "checkpoints" / "20").rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"\0garbage")
+    log = cut / "train_log.csv"
+    text = log.read_bytes()
+    log.write_bytes(text[: text.index(b"\n") + 12])  # cut inside the first row
+    resumed = train_lib.train(run, cut, resume=True, show_progress=False)
+    err = capfd.readouterr().err
+    assert "checkpoints/20 cannot be read" in err and "trying the one before" in err
+    assert "train_log.csv holds" in err  # rows lost to the cut, said
+    _leaves_equal(resumed.runners, whole.runners)  # continued from checkpoint 10, exactly
+    log.unlink()
+    (cut / "valid_log.csv").unlink(missing_ok=True)
+    more = dataclasses.replace(run, train=dataclasses.replace(run.train, total_updates=40))
+    train_lib.train(more, cut, resume=True, show_progress=False)  # a longer run may continue
+    assert "train_log.csv cannot be read" in capfd.readouterr().err
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path):
+    run = tiny_run("train.total_updates=10")
+    with pytest.raises(DataError, match="no checkpoint to resume from"):
+        train_lib.train(run, tmp_path / "empty", resume=True, show_progress=False)
+    train_lib.train(run, tmp_path / "one", show_progress=False)
+    with pytest.raises(DataError, match="holds checkpoints of an earlier run"):
+        train_lib.train(run, tmp_path / "one", show_progress=False)
+    with pytest.raises(DataError, match=r"train\.seed = 7 now, 0 in the checkpoints"):
+        train_lib.train(tiny_run("train.total_updates=10", "train.seed=7"), tmp_path / "one",
+                        resume=True, show_progress=False)
+    with pytest.raises(DataError, match="train.checkpoint_every"):
+        train_lib.train(tiny_run("train.total_updates=10", "train.checkpoint_every=0"), tmp_path / "one",
+                        resume=True, show_progress=False)
+
+
 def test_checkpoint_of_another_config_is_refused_by_name(tmp_path):
     train_lib.train(tiny_run("train.total_updates=10"), tmp_path / "one", show_progress=False)
     two_runs = tiny_run("train.total_updates=10", "train.num_seeds=2", "train.valid_episodes=2")
