@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
 
 from jaxsched.errors import DataError
+from jaxsched.textfile import read_text
 from jaxsched.types import MAX_GPUS_PER_NODE, Cluster
 
 # Order fixes the model ids (bit positions of Jobs.model_mask); append, never reorder.
@@ -132,6 +134,13 @@ def _model_field(path, line, field, text) -> str:
     return text
 
 
+def _unique(path, line: int, field: str, name: str, seen: dict) -> None:
+    """A node named twice is a ``DataError`` at the second (``seen``: name -> first line)."""
+    if name in seen:
+        raise DataError(path, line, field, f"duplicate {field} {name!r} (first at line {seen[name]})")
+    seen[name] = line
+
+
 def load_openb_nodes(path) -> NodeTable:
     """Load an openb node list (``sn,cpu_milli,memory_mib,gpu,model``, with header).
 
@@ -139,19 +148,23 @@ def load_openb_nodes(path) -> NodeTable:
     """
     path = Path(path)
     need = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-    with open(path, newline="") as f:
+    with io.StringIO(read_text(path), newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
             raise DataError(path, None, None, "empty file (no header row)")
         missing = [c for c in need if c not in reader.fieldnames]
         if missing:
             raise DataError(path, 1, missing[0], f"missing column(s) {missing}")
-        rows = []
+        rows, seen = [], {}
         for rec in reader:
             line = reader.line_num  # counts blank lines too, as an editor does
             empty = [c for c in need[:4] if rec.get(c) in (None, "")]  # CPU nodes may lack a model
             if empty:
                 raise DataError(path, line, empty[0], "missing value")
+            if rec.get(None):  # DictReader puts a row's extra fields under None
+                raise DataError(path, line, None, f"{len(reader.fieldnames) + len(rec[None])} fields, "
+                                f"the header has {len(reader.fieldnames)}")
+            _unique(path, line, "sn", rec["sn"], seen)
             gpus = _int_field(path, line, "gpu", rec["gpu"])
             if gpus > MAX_GPUS_PER_NODE:
                 raise DataError(path, line, "gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")
@@ -172,8 +185,8 @@ def load_pai_machines(path) -> NodeTable:
     """
     path = Path(path)
     fields = ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu")
-    rows = []
-    with open(path, newline="") as f:
+    rows, seen = [], {}
+    with io.StringIO(read_text(path), newline="") as f:
         reader = csv.reader(f)
         for rec in reader:
             line = reader.line_num
@@ -183,6 +196,7 @@ def load_pai_machines(path) -> NodeTable:
                 field = fields[min(len(rec), len(fields) - 1)]
                 raise DataError(path, line, field, f"expected {len(fields)} fields {fields}, got {len(rec)}")
             name, gpu_type, cap_cpu, cap_mem, cap_gpu = rec
+            _unique(path, line, "machine", name, seen)
             gpus = _int_field(path, line, "cap_gpu", cap_gpu)
             if gpus > MAX_GPUS_PER_NODE:
                 raise DataError(path, line, "cap_gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")

@@ -54,6 +54,12 @@ class ClusterConfig:
     node_list: str = ""
     pai_machines: str = ""
 
+    def __post_init__(self):
+        if self.node_list and self.pai_machines:
+            raise ValueError("ClusterConfig: node_list and pai_machines both given; a cluster comes "
+                             "from one source (set the other to \"\")")
+        check_positive_ints(self, ("preset_nodes",))
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkloadConfig:

@@ -45,7 +45,7 @@ from tqdm import tqdm
 from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
-from jaxsched import compile_cache, outputs, policies, report
+from jaxsched import compile_cache, outputs, paths, policies, report
 from jaxsched.errors import DataError
 from jaxsched.rollout import TURNS, rollout_timeline, sharded_rollout
 from jaxsched.sim.env import ClusterEnv
@@ -57,9 +57,9 @@ def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
     """The cluster's node table from the config (node list, PAI machines, or a preset)."""
     c = config.cluster
     if c.node_list:
-        return cl.load_openb_nodes(c.node_list)
+        return cl.load_openb_nodes(paths.resolve_data_path(c.node_list))
     if c.pai_machines:
-        return cl.load_pai_machines(c.pai_machines)
+        return cl.load_pai_machines(paths.resolve_data_path(c.pai_machines))
     return cl.preset(c.preset_nodes)
 
 
@@ -73,7 +73,7 @@ def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
     """The openb pod list of ``workload.trace`` (dynamic mode)."""
     if not w.trace:
         raise DataError("config", None, "workload.trace", "source 'openb' needs a pod-list path")
-    return alibaba.load_openb_pods(w.trace, mode="dynamic", strict=w.strict)
+    return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict)
 
 
 def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,

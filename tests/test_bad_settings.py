@@ -18,8 +18,10 @@ from jaxsched.errors import DataError
     ('eval.schedulers=[""]', "EvalConfig.schedulers"),
     ("eval.max_steps=-5", "EvalConfig.max_steps"),
     ("eval.timeline_episodes=-1", "EvalConfig.timeline_episodes"),
+    ("cluster.preset_nodes=0", "ClusterConfig.preset_nodes"),
+    ('cluster={node_list="a.csv", pai_machines="b.csv"}', "both given"),
 ])
-def test_bad_eval_settings_name_the_key(override, field):
+def test_bad_eval_and_cluster_settings_name_the_key(override, field):
     with pytest.raises(DataError, match=field):
         cfg_lib.load(None, [override])
 

@@ -139,16 +139,29 @@ GOOD = "n0,8000,32768,1,V100M16\n"
 
 @pytest.mark.parametrize("body, line, field, problem", [
     (GOOD + "n1,abc,32768,1,T4\n", 3, "cpu_milli", "not a number"),
-    (GOOD + GOOD + "n2,8000,-5,1,T4\n", 4, "memory_mib", ">= 0"),
+    (GOOD + GOOD.replace("n0", "n1") + "n2,8000,-5,1,T4\n", 4, "memory_mib", ">= 0"),
     (GOOD + "n1,8000,32768,1.5,T4\n", 3, "gpu", "whole"),
     (GOOD + "n1,8000,32768,16,T4\n", 3, "gpu", "16 GPUs"),
     (GOOD + "n1,8000,32768,2,H100\n", 3, "model", "unknown GPU model"),
+    (GOOD + "n0,8000,32768,1,T4\n", 3, "sn", "duplicate sn 'n0'"),
+    (GOOD + "n1,8000,32768,1,T4,extra\n", 3, None, "6 fields"),
 ])
 def test_malformed_openb_nodes(tmp_path, body, line, field, problem):
     p = write(tmp_path, "nodes.csv", NODE_HEADER + body)
     with pytest.raises(DataError, match=problem) as e:
         C.load_openb_nodes(p)
     assert_names(e.value, p, line, field)
+
+
+def test_node_files_that_are_not_text_are_named(tmp_path):
+    p = tmp_path / "nodes.csv"
+    p.write_bytes(b"\x1f\x8b\x08compressed")
+    for load in (C.load_openb_nodes, C.load_pai_machines):
+        with pytest.raises(DataError, match="gzip") as e:
+            load(p)
+        assert_names(e.value, p, None, None)
+        with pytest.raises(DataError, match="file not found"):
+            load(tmp_path / "missing.csv")
 
 
 def test_openb_nodes_missing_column(tmp_path):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import logging
 from pathlib import Path
 
@@ -42,11 +43,16 @@ import pandas as pd
 
 from jaxsched import cluster as _cluster
 from jaxsched.errors import DataError
+from jaxsched.textfile import read_text
 from jaxsched.types import ALL_MODELS, GPU_MILLI, Jobs, jobs_from_numpy
 
 log = logging.getLogger(__name__)
 
 INT32_MAX = int(np.iinfo(np.int32).max)
+# Trace times are seconds: anything past this is not a time (epoch milliseconds, garbage).
+MAX_TRACE_TIME_S = 1e11
+TIME = {"integer": False, "maximum": MAX_TRACE_TIME_S}
+MAX_EPISODE_S = float(2 ** 24)  # float32 keeps whole seconds up to here (``TraceWorkload.to_jobs``)
 
 OPENB_BASE_FIELDS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 OPENB_TIME_FIELDS = ("creation_time", "deletion_time", "scheduled_time")
@@ -112,7 +118,18 @@ class TraceWorkload:
                                    report={**self.report, **report})
 
     def to_jobs(self, pad_to: int | None = None) -> Jobs:
-        """The ``types.Jobs`` pytree (numpy arrays), padded to ``pad_to`` jobs if given."""
+        """The ``types.Jobs`` pytree (numpy arrays), padded to ``pad_to`` jobs if given.
+
+        The env keeps times in float32, which holds whole seconds only up to 2^24 s (194 days):
+        an arrival or a run time past that (a window that is not re-based, a trace in epoch
+        seconds replayed whole) is a ``DataError`` naming the job's line, not a silent rounding."""
+        for field, values in (("arrival (seconds from the episode's start)", self.arrival_s),
+                              ("run time (seconds)", self.work_s)):
+            i = _first_line(self.lines, ~(np.abs(values) <= MAX_EPISODE_S))
+            if i is not None:
+                raise DataError(self.path, int(self.lines[i]), field,
+                                f"{values[i]:g} s is past what float32 times hold to the second "
+                                f"({MAX_EPISODE_S:g} s, 194 days): cut shorter windows or compress time")
         return jobs_from_numpy(self.arrival_s, self.work_s, self.num_gpu, self.gpu_milli,
                                self.cpu_milli, self.mem_mib, model_mask=self.model_mask,
                                pad_to=pad_to)
@@ -191,17 +208,39 @@ def _why_unschedulable(nodes, w: TraceWorkload, j: int) -> tuple[str | None, str
 # --------------------------------------------------------------------------------------------
 
 def _read_records(path: Path):
-    """Non-blank CSV records of ``path`` and the 1-based line each one starts on."""
+    """Non-blank CSV records of ``path`` and the 1-based line each one starts on
+    (``textfile.read_text``: UTF-8 with or without a byte-order mark, or a ``DataError``)."""
+    text = read_text(path)
     rows, lines = [], []
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        start = 1
+    reader = csv.reader(io.StringIO(text, newline=""))
+    start = 1
+    try:
         for rec in reader:
             if rec and any(v.strip() for v in rec):
                 rows.append([v.strip() for v in rec])
                 lines.append(start)
             start = reader.line_num + 1
+    except csv.Error as err:
+        raise DataError(path, reader.line_num, None, f"malformed CSV: {err}") from None
     return rows, np.asarray(lines, np.int64)
+
+
+def _check_header(path, header, line) -> None:
+    """A column named twice is a ``DataError`` (which of the two would be read is a guess)."""
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise DataError(path, line, name, f"column {name!r} appears twice in the header {tuple(header)}")
+        seen.add(name)
+
+
+def _check_unique(path, lines, field, values) -> None:
+    """Every value of ``values`` (a name column) appears once; else a ``DataError`` at the repeat."""
+    dup = pd.Series(values).duplicated().to_numpy()
+    i = _first_line(lines, dup)
+    if i is not None:
+        first = int(lines[int(np.flatnonzero(values == values[i])[0])])
+        raise DataError(path, int(lines[i]), field, f"duplicate {field} {str(values[i])!r} (first at line {first})")
 
 
 def _columns(path, rows, lines, fields, names) -> dict:
@@ -251,7 +290,7 @@ def _numbers(path, lines, field, texts, *, integer=True, allow_empty=False, mini
          lambda t: f"negative value {t}" if minimum == 0 else f"must be >= {minimum:g}, got {t}"),
         (finite & (safe != np.floor(safe)) if integer else no, lambda t: f"not a whole number: {t!r}"),
         (finite & (safe > maximum) if maximum is not None else no,
-         lambda t: f"value {t} is too large (max {maximum})"),
+         lambda t: f"value {t} is too large (max {maximum:g})"),
     )
     found = [(i, problem) for bad, problem in checks if (i := first(bad)) is not None]
     if found:  # the earliest bad row in the file, whatever is wrong with it
@@ -324,6 +363,7 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
         raise DataError(path, None, None, "empty file (no header row)")
     header, header_line = tuple(rows[0]), int(lines[0])
     rows, lines = rows[1:], lines[1:]
+    _check_header(path, header, header_line)
     missing = [c for c in OPENB_BASE_FIELDS if c not in header]
     if missing:
         raise DataError(path, header_line, missing[0], f"missing column(s) {missing}; header is {header}")
@@ -342,6 +382,7 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
     i = _first_line(lines, names == "")
     if i is not None:
         raise DataError(path, int(lines[i]), "name", "missing value (empty)")
+    _check_unique(path, lines, "name", names)
     cpu = _numbers(path, lines, "cpu_milli", col["cpu_milli"])
     mem = _numbers(path, lines, "memory_mib", col["memory_mib"])
     num_gpu = _numbers(path, lines, "num_gpu", col["num_gpu"])
@@ -357,17 +398,18 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
 
     times = len(has_times) == len(OPENB_TIME_FIELDS)
     if times:
-        created = _numbers(path, lines, "creation_time", col["creation_time"], integer=False)
-        deleted = _numbers(path, lines, "deletion_time", col["deletion_time"], integer=False)
-        scheduled = _numbers(path, lines, "scheduled_time", col["scheduled_time"], integer=False,
-                             allow_empty=True)
+        created = _numbers(path, lines, "creation_time", col["creation_time"], **TIME)
+        deleted = _numbers(path, lines, "deletion_time", col["deletion_time"], **TIME)
+        scheduled = _numbers(path, lines, "scheduled_time", col["scheduled_time"], **TIME, allow_empty=True)
         with np.errstate(invalid="ignore"):
-            for bad, other, label in ((deleted < scheduled, scheduled, "scheduled_time"),
-                                      (deleted < created, created, "creation_time")):
-                i = _first_line(lines, bad)
+            for field, later, earlier, label in (
+                    ("deletion_time", deleted, scheduled, "scheduled_time"),
+                    ("deletion_time", deleted, created, "creation_time"),
+                    ("scheduled_time", scheduled, created, "creation_time")):
+                i = _first_line(lines, later < earlier)
                 if i is not None:
-                    raise DataError(path, int(lines[i]), "deletion_time",
-                                    f"reversed times: deletion_time {deleted[i]:g} < {label} {other[i]:g}")
+                    raise DataError(path, int(lines[i]), field,
+                                    f"reversed times: {field} {later[i]:g} < {label} {earlier[i]:g}")
 
     if mode == "dynamic":
         pending = np.isnan(scheduled)
@@ -435,18 +477,11 @@ def load_pai(job_table_path, task_table_path, strict: bool = False) -> TraceWork
     jobs, job_lines = _read_headerless(job_path, PAI_JOB_FIELDS)
     tasks, lines = _read_headerless(task_path, PAI_TASK_FIELDS)
 
-    job_names = pd.Series(jobs["job_name"])
-    dup = job_names.duplicated().to_numpy()
-    i = _first_line(job_lines, dup)
-    if i is not None:
-        first = int(job_lines[int(np.flatnonzero(jobs["job_name"] == jobs["job_name"][i])[0])])
-        raise DataError(job_path, int(job_lines[i]), "job_name",
-                        f"duplicate job {str(jobs['job_name'][i])!r} (first at line {first})")
+    _check_unique(job_path, job_lines, "job_name", jobs["job_name"])
     i = _first_line(job_lines, jobs["job_name"] == "")
     if i is not None:
         raise DataError(job_path, int(job_lines[i]), "job_name", "missing value (empty)")
-    job_start = _numbers(job_path, job_lines, "start_time", jobs["start_time"], integer=False,
-                         allow_empty=True)
+    job_start = _numbers(job_path, job_lines, "start_time", jobs["start_time"], **TIME, allow_empty=True)
 
     status = tasks["status"]
     st, cnt = np.unique(status, return_counts=True)
@@ -461,8 +496,8 @@ def load_pai(job_table_path, task_table_path, strict: bool = False) -> TraceWork
                         f"leave rows out ({int((~term).sum())} such rows)")
 
     inst = _numbers(task_path, lines, "inst_num", tasks["inst_num"], where=term)
-    start = _numbers(task_path, lines, "start_time", tasks["start_time"], integer=False, where=term)
-    end = _numbers(task_path, lines, "end_time", tasks["end_time"], integer=False, where=term)
+    start = _numbers(task_path, lines, "start_time", tasks["start_time"], **TIME, where=term)
+    end = _numbers(task_path, lines, "end_time", tasks["end_time"], **TIME, where=term)
     plan = {f: _numbers(task_path, lines, f, tasks[f], integer=False, allow_empty=True, where=term)
             for f in ("plan_cpu", "plan_mem", "plan_gpu")}
     with np.errstate(invalid="ignore"):

@@ -25,6 +25,19 @@ def write(tmp_path, name, text):
 
 # ================================================================ paths
 
+def test_config_trace_paths_honour_jaxsched_data_and_any_working_dir(monkeypatch, tmp_path):
+    shipped = "../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv"  # as configs write it
+    monkeypatch.setenv("JAXSCHED_DATA", str(tmp_path))
+    assert paths.resolve_data_path(shipped) == tmp_path / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
+    monkeypatch.delenv("JAXSCHED_DATA")
+    monkeypatch.chdir(tmp_path)  # not the repository: relative paths are found from its root
+    repo = __import__("pathlib").Path(paths.__file__).resolve().parent.parent
+    assert paths.resolve_data_path("configs/default.toml") == repo / "configs" / "default.toml"
+    (tmp_path / "mine.csv").write_text("")
+    assert paths.resolve_data_path("mine.csv").resolve() == tmp_path / "mine.csv"  # the working dir first
+    assert str(paths.resolve_data_path("nowhere.csv")) == "nowhere.csv"  # left to fail, named
+
+
 def test_data_dir_env_var_wins(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXSCHED_DATA", str(tmp_path))
     assert paths.data_dir() == tmp_path
@@ -245,6 +258,10 @@ def test_synthetic_openb_values(tmp_path):
      "unknown GPU model 'H100'"),
     (POD_A + "p-1,6000,12288,1,500\n", 3, "gpu_spec", "missing value"),
     (POD_A + ",6000,12288,1,460,,LS,Running,100,900,300\n", 3, "name", "missing value"),
+    (POD_A + "p-0,6000,12288,1,460,,LS,Running,100,900,300\n", 3, "name", "duplicate name 'p-0'"),
+    (POD_A + "p-1,6000,12288,1,460,,LS,Running,100,900,50\n", 3, "scheduled_time", "reversed"),
+    (POD_A + "p-1,6000,12288,1,460,,LS,Running,1e39,1e39,1e39\n", 3, "creation_time", "too large"),
+    (POD_A + "p-1,6000,12288,1,460,,LS,Running,100,1e300,300\n", 3, "deletion_time", "too large"),
 ])
 def test_malformed_openb(tmp_path, rows, line, field, problem):
     p = write(tmp_path, "bad.csv", OPENB_HEADER + rows)
@@ -253,10 +270,54 @@ def test_malformed_openb(tmp_path, rows, line, field, problem):
     assert_names(e.value, p, line, field)
 
 
+@pytest.mark.parametrize("content, line, problem", [
+    (b"\x1f\x8b\x08\x00compressed", None, "gzip-compressed"),
+    (b"PK\x03\x04zipped", None, "zip archive"),
+    (b"name,cpu\n\xff\xfe bad", 2, "not UTF-8"),
+    ("name,cpu_milli\n".encode("utf-16"), 1, "not UTF-8"),
+    (b"name,cpu_milli\np,1\x00\n", 2, "NUL byte"),
+])
+def test_files_that_are_not_csv_text_are_named(tmp_path, content, line, problem):
+    p = tmp_path / "pods.csv"
+    p.write_bytes(content)
+    with pytest.raises(DataError, match=problem) as e:
+        A.load_openb_pods(p)
+    assert_names(e.value, p, line, None)
+
+
+def test_missing_files_folders_bom_and_repeated_columns(tmp_path):
+    for path, problem in ((tmp_path / "nope.csv", "file not found"), (tmp_path, "is a folder")):
+        with pytest.raises(DataError, match=problem) as e:
+            A.load_openb_pods(path)
+        assert_names(e.value, path, None, None)
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + (OPENB_HEADER + POD_A + POD_B).encode())
+    plain = write(tmp_path, "plain.csv", OPENB_HEADER + POD_A + POD_B)
+    assert A.load_openb_pods(bom).arrival_s.tolist() == A.load_openb_pods(plain).arrival_s.tolist()
+    twice = write(tmp_path, "twice.csv", OPENB_HEADER.replace("qos", "cpu_milli") + POD_A)
+    with pytest.raises(DataError, match="appears twice") as e:
+        A.load_openb_pods(twice)
+    assert_names(e.value, twice, 1, "cpu_milli")
+
+
+def test_times_past_float32_seconds_are_refused_not_rounded(tmp_path):
+    # Epoch-second times load (float64), and a re-based window of them is fine; replayed
+    # whole they would round to 128 s in float32, so that is refused, naming the line.
+    epoch = 1_700_000_000
+    p = write(tmp_path, "epoch.csv", OPENB_HEADER + f"p-0,1000,1024,1,500,,LS,Running,{epoch},{epoch + 100},{epoch}\n"
+              f"p-1,1000,1024,1,500,,LS,Running,{epoch + 3},{epoch + 150},{epoch + 5}\n")
+    w = A.load_openb_pods(p)
+    with pytest.raises(DataError, match="float32") as e:
+        w.to_jobs()
+    assert_names(e.value, p, 2, "arrival (seconds from the episode's start)")
+    (window,) = A.trace_windows(w, 2, 1, seed=0)
+    assert window.to_jobs().arrival_s.tolist() == [0.0, 3.0]
+
+
 def test_malformed_openb_first_bad_line_wins(tmp_path):
     # line 3 has a negative value, line 4 a non-number in the same column: line 3 is named
     p = write(tmp_path, "bad.csv", OPENB_HEADER + POD_A + POD_B.replace("6000", "-6000")
-              + POD_B.replace("6000", "six"))
+              + POD_B.replace("6000", "six").replace("p-1", "p-2"))
     with pytest.raises(DataError, match="negative") as e:
         A.load_openb_pods(p)
     assert_names(e.value, p, 3, "cpu_milli")
@@ -423,7 +484,7 @@ def test_malformed_pai_job_table_and_join(tmp_path):
     tasks = write(tmp_path, "tasks.csv", "jobA,ok,1.0,Terminated,1100.0,1600.0,600.0,29.0,50.0,T4\n"
                   "jobZ,ok,1.0,Terminated,1100.0,1600.0,600.0,29.0,50.0,T4\n")
     jobs = write(tmp_path, "jobs.csv", JOBS + "jobA,i,u,Terminated,1.0,2.0\n")
-    with pytest.raises(DataError, match="duplicate job 'jobA' \\(first at line 1\\)") as e:
+    with pytest.raises(DataError, match="duplicate job_name 'jobA' \\(first at line 1\\)") as e:
         A.load_pai(jobs, tasks)
     assert_names(e.value, jobs, 4, "job_name")
     jobs = write(tmp_path, "jobs.csv", "jobA,i,u,Terminated,,2.0\n")
