@@ -31,19 +31,24 @@ def summarize(per_episode: pd.DataFrame, by="scheduler") -> pd.DataFrame:
     ``by``: a column name or a list of them (e.g. ``["scheduler", "load"]``).
     Returns one row per group (in order of first appearance) with columns ``<metric>``
     (mean) and ``<metric>_ci95`` = 1.96 x sample std (ddof=1) / sqrt(episodes); 0 for one
-    episode.
+    episode. Episodes cut at the step cap before their measured jobs had left (``done`` 0)
+    measured only part of their window: they are left out (``episodes_capped`` counts them;
+    ``episodes`` counts the rest), and a group with none left gets NaN.
     """
     keys = [by] if isinstance(by, str) else list(by)
     metrics = [c for c in per_episode.columns if c not in (*keys, "episode")]
     rows = []
     for name, group in per_episode.groupby(keys if len(keys) > 1 else keys[0], sort=False):
         row = dict(zip(keys, name if len(keys) > 1 else (name,)))
+        capped = (group["done"] < 1).to_numpy() if "done" in group else np.zeros(len(group), bool)
+        group = group[~capped]
         row["episodes"] = len(group)
+        row["episodes_capped"] = int(capped.sum())
         for m in metrics:
             values = group[m].to_numpy(np.float64)
-            row[m] = values.mean()
+            row[m] = values.mean() if len(values) else math.nan
             spread = values.std(ddof=1) if len(values) > 1 else 0.0
-            row[f"{m}_ci95"] = 1.96 * spread / math.sqrt(len(values))
+            row[f"{m}_ci95"] = 1.96 * spread / math.sqrt(len(values)) if len(values) else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -62,6 +67,8 @@ def markdown_table(summary: pd.DataFrame, metrics=HEADLINE, by="scheduler") -> s
 
 
 def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return "n/a" if math.isnan(x) else str(x)
     if abs(x) >= 100:
         return f"{x:,.0f}"
     return f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
@@ -223,7 +230,7 @@ def warnings(per_episode: pd.DataFrame, env_config) -> list:
         capped = int((g["done"] < 1).sum())
         if capped:
             out.append(f"{where}: {capped} of {len(g)} episodes hit the step cap (eval.max_steps) "
-                       "before every measured job had left")
+                       "before every measured job had left: they are left out of the summary")
         late = int(g["started_after_arrivals"].sum()) if "started_after_arrivals" in g else 0
         if late:
             out.append(f"{where}: {late} measured jobs started after the last arrival: too few jobs "

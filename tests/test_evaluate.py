@@ -158,6 +158,16 @@ def test_summary_ci95_is_normal_approximation_of_the_mean():
     assert by_two["jct_mean_ci95"].iloc[0] == pytest.approx(1.96 * math.sqrt(0.5) / math.sqrt(2))
 
 
+def test_episodes_cut_at_the_step_cap_are_left_out_of_the_summary():
+    frame = pd.DataFrame({"scheduler": ["a", "a", "a", "b"], "episode": [0, 1, 2, 0],
+                          "done": [1, 0, 1, 0], "jct_mean": [10.0, 0.0, 20.0, 0.0]})
+    summary = report.summarize(frame).set_index("scheduler")
+    assert summary.loc["a", "jct_mean"] == 15.0 and summary.loc["a", "episodes"] == 2
+    assert summary.loc["a", "episodes_capped"] == 1
+    assert math.isnan(summary.loc["b", "jct_mean"]) and summary.loc["b", "episodes"] == 0
+    assert "| b | 0 | n/a ± n/a |" in report.markdown_table(summary.reset_index(), metrics=["jct_mean"])
+
+
 def test_load_sweep_writes_one_row_per_scheduler_and_load(tmp_path):
     args = [x for s in TINY for x in ("--set", s)]
     assert run_cli(*args, "--schedulers", SCHEDULERS, "--sweep", "load", "--loads", "0.3,1.2",

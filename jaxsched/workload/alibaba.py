@@ -52,6 +52,7 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 # Trace times are seconds: anything past this is not a time (epoch milliseconds, garbage).
 MAX_TRACE_TIME_S = 1e11
 TIME = {"integer": False, "maximum": MAX_TRACE_TIME_S}
+MAX_PAI_JOBS = 20_000_000  # instances a PAI task table may expand to (the 2020 trace: ~1.2M)
 MAX_EPISODE_S = float(2 ** 24)  # float32 keeps whole seconds up to here (``TraceWorkload.to_jobs``)
 
 OPENB_BASE_FIELDS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -548,6 +549,11 @@ def load_pai(job_table_path, task_table_path, strict: bool = False) -> TraceWork
     spec = np.where(known & (num_gpu > 0), gtype, "")
 
     reps = inst[keep].astype(np.int64)
+    if reps.sum() > MAX_PAI_JOBS:  # np.repeat would fail with a MemoryError, naming nothing
+        i = int(np.argmax(reps))
+        raise DataError(task_path, int(lines[keep][i]), "inst_num",
+                        f"{reps[i]:,} instances: the table expands to {int(reps.sum()):,} jobs, more than "
+                        f"{MAX_PAI_JOBS:,} (one job per instance)")
     report["gpu_type_unconstrained"] = int(reps[(num_gpu > 0) & ~known].sum())
     expand = np.repeat(np.arange(len(keep)), reps)
     within = np.arange(len(expand)) - np.repeat(np.cumsum(reps) - reps, reps)

@@ -461,6 +461,8 @@ def test_pai_strict(pai_files):
     ("jobA,w,1.0,Terminated,1600.0,1100.0,600.0,1.0,50.0,T4\n", 2, "end_time", "reversed"),
     ("jobA,w,1.0,Terminated,1600.0,,600.0,1.0,50.0,T4\n", 2, "end_time", "missing value"),
     ("jobA,w,1.0,Terminated,1100.0,1600.0,600.0\n", 2, "plan_mem", "missing value"),
+    ("jobA,w,2000000000,Terminated,1100.0,1600.0,600.0,1.0,50.0,T4\n", 2, "inst_num", "expands to"),
+    ("jobA,w,1.0,Terminated,1e39,1e39,600.0,1.0,50.0,T4\n", 2, "start_time", "too large"),
 ])
 def test_malformed_pai_task_table(tmp_path, task_rows, line, field, problem):
     jobs = write(tmp_path, "jobs.csv", JOBS)
