@@ -664,6 +664,8 @@ def main(argv=None) -> int:
         info.update(eval=eval_info)
         print(table)
         print(paired_md)
+        for line in report.warnings(per_episode, eval_run.base.env):  # drops, step caps, late starts
+            print(f"WARNING: {line}", file=sys.stderr)
     info.update(compile=clock.since().as_dict())
     print(clock.since().describe())
     (out_dir / "config.json").write_text(json.dumps(
