@@ -12,7 +12,7 @@
 kwargs (both): those of ``gymnax_env.make``: num_nodes (openb-mix preset), num_jobs, load
 (offered load rho), window (K), workload ("synthetic" or "openb" with trace=path,
 trace_windows), seed (picks the trace windows), max_steps (decisions per episode before
-truncation; 0: 3 x jobs + 100), allow_reject, config (a run config or TOML path to start
+truncation; 0: 3 x jobs + 100), allow_reject, allow_wait, config (a run config or TOML path to start
 from), and any ``EnvConfig`` field (e.g. reward="placed_jct").
 
 Observation: the flat ``gymnax_env.features`` vector, a Box [D] float32. Action: Discrete(A),

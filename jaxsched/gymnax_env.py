@@ -25,7 +25,8 @@ Observation (``Obs``; A = K*N + K + 1 flat actions, ``jaxsched.actions``):
   action_mask  [A] bool     the legal actions: the env's ``Observation.action_mask`` with
                             reject turned off unless ``allow_reject`` or nothing else is
                             legal (``agents.ddqn.legal_mask``: with a JCT reward, rejecting
-                            every job would look best). All False once the episode is done.
+                            every job would look best); ``allow_wait=False`` also masks wait
+                            while some job can be placed. All False once the episode is done.
 The mask is in the observation, so it stays right across gymnax's auto-reset.
 
 Illegal actions: an action outside ``action_mask`` (a reject too, while rejects are off)
@@ -124,14 +125,14 @@ class ClusterGymnax(environment.Environment):
 
     config: the simulator's settings (``EnvConfig``; window K). params: the default ``Params``
     (gymnax's ``default_params``; it fixes N for the spaces). allow_reject: leave reject
-    actions in ``action_mask``.
+    actions in ``action_mask``. allow_wait: leave wait in it while a job can be placed.
     """
 
-    def __init__(self, config: EnvConfig, params: Params, allow_reject: bool = False):
+    def __init__(self, config: EnvConfig, params: Params, allow_reject: bool = False, allow_wait: bool = True):
         super().__init__()
         self.sim = ClusterEnv(config)
         self._default_params = params
-        self.allow_reject = allow_reject
+        self.agent = ddqn.AgentConfig(allow_reject=allow_reject, allow_wait=allow_wait)
 
     @property
     def default_params(self) -> Params:
@@ -164,7 +165,7 @@ class ClusterGymnax(environment.Environment):
 
     def observation(self, obs: Observation) -> Obs:
         """The agent's ``Obs`` of the simulator's ``Observation``."""
-        mask = ddqn.legal_mask(ddqn.AgentConfig(allow_reject=self.allow_reject), obs)
+        mask = ddqn.legal_mask(self.agent, obs)
         return Obs(features=features(obs), action_mask=mask)
 
     def is_terminated(self, state: State, params: Params):
@@ -196,17 +197,18 @@ class ClusterGymnax(environment.Environment):
 
 def make(num_nodes: int = 8, num_jobs: int = 64, load: float = 0.9, window: int = 4,
          workload: str = "synthetic", trace: str = "", trace_windows: int = 128, seed: int = 0,
-         max_steps: int = 0, allow_reject: bool = False, config: cfg_lib.Config | str | None = None,
-         **env) -> tuple[ClusterGymnax, Params]:
+         max_steps: int = 0, allow_reject: bool = False, allow_wait: bool = True,
+         config: cfg_lib.Config | str | None = None, **env) -> tuple[ClusterGymnax, Params]:
     """(env, params) of a cluster of ``num_nodes`` (the openb-mix preset), like ``gymnax.make``.
 
     workload "synthetic": ``num_jobs`` jobs per episode at offered load ``load`` (rho on the
     cluster's work capacity), a fresh draw per reset. "openb": a bank of ``trace_windows``
     windows of ``num_jobs`` consecutive pods of the pod list ``trace``, each compressed to
     ``load`` (picked by ``seed``), one per reset. window: K. max_steps: decisions per episode
-    before truncation (0: 3 x jobs + 100). ``env``: further ``EnvConfig`` fields (e.g.
-    ``reward="placed_jct"``). config: a run config (``jaxsched.config``, or a TOML path)
-    to start from instead of the defaults; the other arguments still apply.
+    before truncation (0: 3 x jobs + 100). allow_reject, allow_wait: see ``ClusterGymnax``.
+    ``env``: further ``EnvConfig`` fields (e.g. ``reward="placed_jct"``). config: a run config
+    (``jaxsched.config``, or a TOML path) to start from instead of the defaults; the other
+    arguments still apply.
     """
     base = cfg_lib.load(config) if isinstance(config, str) else (config or cfg_lib.Config())
     base_env = base.env if config is not None else EnvConfig()
@@ -223,4 +225,4 @@ def make(num_nodes: int = 8, num_jobs: int = 64, load: float = 0.9, window: int 
     params = Params(sim=sim, bank=jobs if workload == "openb" else None,
                     synthetic=evaluate.with_capacity(w.synthetic, nodes),
                     max_steps_in_episode=max_steps or 3 * num_jobs + 100)
-    return ClusterGymnax(run.env, params, allow_reject), params
+    return ClusterGymnax(run.env, params, allow_reject, allow_wait), params
