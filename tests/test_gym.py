@@ -181,3 +181,20 @@ def test_make_vec_64_envs_run_every_episode_to_its_end():
     single.reset(seed=10 + 7)
     np.testing.assert_array_equal(np.asarray(single.unwrapped._ep.state.sim.jobs.arrival_s), first_jobs[7])
     envs.close()
+
+
+def test_openb_workload_is_a_bank_of_trace_windows(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "pods.csv"
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+            "creation_time,deletion_time,scheduled_time"]
+    for i in range(60):  # pods of one GPU (a share of one), 10 s apart, running 300..600 s
+        t, milli = 10 * i, rng.choice([250, 500, 1000])
+        rows.append(f"pod-{i},4000,8192,1,{milli},,LS,Running,{t},{t + 300 + 50 * (i % 7)},{t}")
+    path.write_text("\n".join(rows) + "\n")
+    env, params = gymnax_env.make(**{**TINY, "num_jobs": 12}, workload="openb", trace=str(path), trace_windows=3)
+    assert params.bank.arrival_s.shape == (3, 12) and params.bank.valid.all()
+    drawn = jax.jit(jax.vmap(env.draw_jobs, in_axes=(0, None)))(jax.random.split(jax.random.key(1), 30), params)
+    for w in np.asarray(drawn.work_s):
+        assert sum(np.array_equal(w, params.bank.work_s[b]) for b in range(3)) >= 1
+    assert set(np.asarray(drawn.num_gpu).ravel()) == {1}  # the trace's pods, not synthetic ones
