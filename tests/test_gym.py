@@ -135,6 +135,7 @@ def test_gymnasium_episode_masks_metrics_and_seeding(gym_env):
     e_jobs = np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s)
     gym_env.reset(seed=5)
     assert not np.array_equal(e_jobs, np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s))
+    assert gym_env.unwrapped._advance._cache_size() == 1  # the step compiled once, for every episode
 
 
 def test_illegal_actions_cannot_hang_an_episode(gym_env):
@@ -176,6 +177,7 @@ def test_make_vec_64_envs_run_every_episode_to_its_end():
     just = terminated.copy()
     obs, reward, terminated, truncated, info = envs.step(_random_legal(rng, info["action_mask"]))
     assert (reward[just] == 0).all() and info["action_mask"][just].any(-1).all()
+    assert envs.unwrapped._step._cache_size() == 1
     # Env i of a vector env seeded s plays the episode of the single env seeded s + i.
     single = gymnasium.make(ID, **TINY)
     single.reset(seed=10 + 7)
