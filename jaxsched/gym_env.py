@@ -33,7 +33,8 @@ Vector env: autoreset mode NEXT_STEP (gymnasium 1.x's default): the step that en
 episode returns its last observation; the next ``step`` call resets that env (its action is
 ignored; reward 0, terminated and truncated False) and returns the new episode's first
 observation. Between the two, ``metrics()`` shows the finished episodes. Every env is stepped
-in one jitted ``vmap``; the resets run (for all envs, kept where due) only when some env is due.
+in one jitted ``vmap``; the resets (``reset``'s jitted vmap, for all envs, kept where due)
+run only when some env is due.
 """
 
 from __future__ import annotations
@@ -136,20 +137,11 @@ class ClusterGymVectorEnv(gymnasium.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         gx, params = self.gx, self.params
         self._start = jax.jit(jax.vmap(lambda chain: start(gx, params, chain)))
-        self._step = jax.jit(self._step_all)
+        self._step = jax.jit(jax.vmap(lambda ep, action: advance(gx, params, ep, action)))
+        self._pick = jax.jit(lambda due, new, old: jax.tree.map(
+            lambda n, o: jnp.where(due.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old))
         self._metrics = jax.jit(jax.vmap(lambda state: gx.metrics(state, params)))
         self._eps, self._autoreset = None, None
-
-    def _step_all(self, eps: Episode, action, autoreset):
-        """Step every env; envs in ``autoreset`` start a new episode instead (NEXT_STEP)."""
-        stepped, reward, terminated, truncated, legal = jax.vmap(
-            lambda ep, a: advance(self.gx, self.params, ep, a))(eps, action)
-        fresh = jax.lax.cond(autoreset.any(), lambda: jax.vmap(lambda c: start(self.gx, self.params, c))(eps.chain),
-                             lambda: stepped)
-        eps = jax.tree.map(lambda new, old: jnp.where(autoreset.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-                           fresh, stepped)
-        return (eps, jnp.where(autoreset, 0.0, reward), terminated & ~autoreset,
-                truncated & ~autoreset, legal & ~autoreset)
 
     def reset(self, *, seed=None, options=None):
         if seed is None and self._eps is not None:
@@ -159,16 +151,23 @@ class ClusterGymVectorEnv(gymnasium.vector.VectorEnv):
                 [None] * self.num_envs if seed is None else [seed + i for i in range(self.num_envs)])
             chains = jnp.stack([_seed_key(s) for s in seeds])
         self._eps = self._start(chains)
-        self._autoreset = jnp.zeros(self.num_envs, bool)
+        self._autoreset = np.zeros(self.num_envs, bool)
         return np.array(self._eps.obs.features), {"action_mask": self.action_masks()}
 
     def step(self, actions):
+        """Step every env; an env whose episode ended at the last step starts a new one
+        instead (NEXT_STEP: its action is ignored; reward 0, not terminated or truncated)."""
         actions = jnp.asarray(np.asarray(actions), jnp.int32)
-        self._eps, reward, terminated, truncated, legal = self._step(self._eps, actions, self._autoreset)
+        eps, reward, terminated, truncated, legal = self._step(self._eps, actions)
+        due = self._autoreset
+        if due.any():  # the resets run only then, all envs' kept where due
+            eps = self._pick(due, self._start(self._eps.chain), eps)
+        self._eps = eps
+        reward, legal = np.where(due, 0.0, np.array(reward)), np.array(legal) & ~due
+        terminated, truncated = np.array(terminated) & ~due, np.array(truncated) & ~due
         self._autoreset = terminated | truncated
-        info = {"action_mask": self.action_masks(), "legal": np.asarray(legal)}
-        return (np.array(self._eps.obs.features), np.array(reward), np.array(terminated),
-                np.array(truncated), info)
+        return (np.array(self._eps.obs.features), reward, terminated, truncated,
+                {"action_mask": self.action_masks(), "legal": legal})
 
     def action_masks(self) -> np.ndarray:
         """[E, A] bool: each env's legal actions now."""

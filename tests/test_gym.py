@@ -154,7 +154,7 @@ def test_illegal_actions_cannot_hang_an_episode(gym_env):
     assert info["metrics"]["done"] == 0 and info["metrics"]["rejected"] == 0
 
 
-def test_make_vec_64_envs_run_every_episode_to_its_end():
+def test_make_vec_64_envs_run_every_episode_to_its_end(gym_env):
     envs = gymnasium.make_vec(ID, num_envs=64, vectorization_mode="vector_entry_point", **TINY)
     assert envs.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.NEXT_STEP
     rng = np.random.default_rng(1)
@@ -179,9 +179,8 @@ def test_make_vec_64_envs_run_every_episode_to_its_end():
     assert (reward[just] == 0).all() and info["action_mask"][just].any(-1).all()
     assert envs.unwrapped._step._cache_size() == 1
     # Env i of a vector env seeded s plays the episode of the single env seeded s + i.
-    single = gymnasium.make(ID, **TINY)
-    single.reset(seed=10 + 7)
-    np.testing.assert_array_equal(np.asarray(single.unwrapped._ep.state.sim.jobs.arrival_s), first_jobs[7])
+    gym_env.reset(seed=10 + 7)
+    np.testing.assert_array_equal(np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s), first_jobs[7])
     envs.close()
 
 
