@@ -4,6 +4,9 @@ env to the end of every episode, and seeding."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -94,7 +97,10 @@ def gym_env():
 
 
 def test_gymnasium_make_needs_no_import_and_passes_check_env(gym_env):
-    assert gymnasium.spec("jaxsched/Cluster-v0").vector_entry_point is not None
+    # In a fresh interpreter, gymnasium's "module:id" import of jaxsched alone registers the env.
+    find = ("import sys, gymnasium.envs.registration as r; spec = r._find_spec('jaxsched:jaxsched/Cluster-v0'); "
+            "assert spec.vector_entry_point and 'jax' not in sys.modules, spec")
+    subprocess.run([sys.executable, "-c", find], check=True, timeout=60)
     check_env(gym_env.unwrapped, skip_render_check=True)
     assert gym_env.action_space.n == actions.num_actions(2, 4)
 
