@@ -345,7 +345,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
     total = config.eval.episodes * len(config.eval.schedulers) * len(loads)
     frames, infos = [], {}
     clock = compile_cache.CompileClock()
-    done = []  # (load, scheduler) pairs run
+    points_done = []  # "scheduler at load" of every sweep point run
     with tqdm(total=total, desc="sweep", unit="ep", disable=not show_progress) as bar:
         try:
             for load in loads:
@@ -358,7 +358,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
                     frame.insert(1, "load", load)
                     frame["offered_load"] = rho
                     frames.append(frame)
-                    done.append(f"{name} at {load}")
+                    points_done.append(f"{name} at {load}")
         except KeyboardInterrupt:  # keep what finished
             if not frames:
                 raise
@@ -367,7 +367,8 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
             "gpus": nodes.total_gpus, "work_capacity": cl.work_capacity(nodes),
             "episodes": config.eval.episodes, "saturation_growth": report.SATURATION_GROWTH,
             "per_load": infos, "compile": clock.since().as_dict(),
-            "interrupted": len(done) < len(loads) * len(config.eval.schedulers), "schedulers_done": done}
+            "interrupted": len(points_done) < len(loads) * len(config.eval.schedulers),
+            "schedulers_done": points_done}
     return (per_episode, report.summarize(per_episode, by=["scheduler", "load"]),
             report.max_sustainable_load(per_episode), info)
 
