@@ -156,6 +156,12 @@ class Core:
     class_count   [N, C]  int32    jobs of each gpu-clustering class on each node (class 0
                                    "share", class k "k GPUs"), C = G + 1, when
                                    ``EnvConfig.track_job_classes``; else a [1, 1] placeholder
+    fgd_shape     [2S, 3] int32    the job shapes (num_gpu, gpu_milli, cpu_milli) of the FGD
+                                   drop table, S fractional ones then S others (unused rows
+                                   int32 max), when ``EnvConfig.fgd_table`` = S > 0; else a
+                                   [1, 3] placeholder of -1
+    fgd_drop      [N, 2S] int32    each node's FGD drop for each of those shapes (the fgd
+                                   policy's ``fgd_drops``), kept per event; else [1, 1]
     next_resched_s []     float32  time of the next rescheduling pass (+inf when off)
     resched_due   []      bool     the event loop stopped because a pass is due now
     resv_due      []      bool     the event loop stopped because a reservation is due now
@@ -190,6 +196,8 @@ class Core:
     run_head: jax.Array
     num_running: jax.Array
     class_count: jax.Array
+    fgd_shape: jax.Array
+    fgd_drop: jax.Array
     next_resched_s: jax.Array
     resched_due: jax.Array
     resv_due: jax.Array
@@ -265,6 +273,8 @@ class Observation:
                                   "k GPUs" (all 0 unless ``EnvConfig.track_job_classes``)
     measure_from_s []    float32  start of the measurement interval (the first measured job's
                                   arrival): before it the episode is warming up
+    fgd_shape    [2S, 3] int32    job shapes of the FGD drop table, and each node's drop for
+    fgd_drop     [N, 2S] int32    each (``EnvConfig.fgd_table``; placeholders when off)
     """
 
     window_job: jax.Array
@@ -289,6 +299,8 @@ class Observation:
     frag_classes: FragClasses
     node_classes: jax.Array
     measure_from_s: jax.Array
+    fgd_shape: jax.Array
+    fgd_drop: jax.Array
 
 
 def jobs_from_numpy(

@@ -9,11 +9,13 @@ table at 100% and 130% and the fragmentation rate (F / idle GPU milli) at 50% an
 
 Each scheduler runs as one jitted call over all seeds: split across every CPU core with
 ``shard_map``, one after another on each (``lax.map``; unbatched, the policies' ``lax.cond``
-branches really branch, so FGD skips its [N, G, M] pass for whole-GPU jobs: 2.5x faster
-than vmapping the seeds). The step loop is a ``lax.scan`` that also records the cluster's
-fragmentation F after every placement. GpuClustering's node history (which job classes each
-node hosts) is kept exactly by the env (``EnvConfig.track_job_classes``, set by the
-registry entry).
+branches really branch: FGD looks jobs up in the env's drop table and scores every node
+only for shapes not in it). The step loop is a ``lax.while_loop`` to the episode's end that
+also records the cluster's fragmentation F after every placement. Every pod list is padded to one shape (jobs, and weight-0 target-workload
+classes, which change no sum), so each scheduler compiles once for all lists. GpuClustering's
+node history (which job classes each node hosts) is kept exactly by the env
+(``EnvConfig.track_job_classes``, set by the registry entry); FGD's drop table likewise
+(``EnvConfig.fgd_table``).
 
     python scripts/reproduce_fgd.py                          # default list, seeds 42-51
     python scripts/reproduce_fgd.py --lists default gpushare40 --seeds 42 43 --out results/fgd/
@@ -78,10 +80,16 @@ def tune_pods(num_gpu, gpu_milli, capacity_milli: int, seed: int, ratio: float =
         total += int(request[pick])
 
 
-def make_episodes(trace, capacity_milli: int, seeds):
-    """Padded ``Jobs`` [S, J] (numpy), one tuned list per seed, arrivals 0, 1, 2, ..."""
-    lists = [tune_pods(trace.num_gpu, trace.gpu_milli, capacity_milli, s) for s in seeds]
-    size = max(len(ix) for ix in lists)
+def tuned_lists(trace, capacity_milli: int, seeds):
+    """Per seed, the indices of its tuned pod list (``tune_pods``)."""
+    return [tune_pods(trace.num_gpu, trace.gpu_milli, capacity_milli, s) for s in seeds]
+
+
+def make_episodes(trace, capacity_milli: int, seeds, pad_to: int | None = None, lists=None):
+    """Padded ``Jobs`` [S, J] (numpy), one tuned list per seed, arrivals 0, 1, 2, ...; J the
+    longest list, or ``pad_to``. ``lists``: the tuned lists, if already drawn."""
+    lists = tuned_lists(trace, capacity_milli, seeds) if lists is None else lists
+    size = max(len(ix) for ix in lists) if pad_to is None else pad_to
     per_seed = [jobs_from_numpy(
         np.arange(len(ix)), np.zeros(len(ix)), trace.num_gpu[ix], trace.gpu_milli[ix],
         trace.cpu_milli[ix], trace.mem_mib[ix], model_mask=trace.model_mask[ix], pad_to=size)
@@ -100,16 +108,23 @@ def make_run(env: ClusterEnv, policy, num_steps: int):
         state, obs = env.reset(reset_key, params, jobs)
         f0 = obs.frag_node.sum()
 
-        def body(carry, t):
-            state, obs = carry
+        # The observation is made afresh each step, not carried: carried, it would be a copy
+        # of the state's arrays (FGD's drop table among them) at every step.
+        def body(carry):
+            t, state, placed_job, frag = carry
+            obs = env.observe(state, params)
             j = obs.window_job[0]
             k_policy, k_env = jax.random.split(jax.random.fold_in(step_key, t))
             action = policy(None, obs, k_policy)
             state, obs, _, _, _ = env.step(k_env, state, action, params)
             placed = (j >= 0) & (state.outcome[jnp.maximum(j, 0)] == OUTCOME_PLACED)
-            return (state, obs), (jnp.where(placed, j, -1), obs.frag_node.sum())
+            return (t + 1, state, placed_job.at[t].set(jnp.where(placed, j, -1)),
+                    frag.at[t].set(obs.frag_node.sum()))
 
-        (state, _), (placed_job, frag) = jax.lax.scan(body, (state, obs), jnp.arange(num_steps))
+        # Until the episode is done: lists padded to a longer one stop at their own end.
+        init = (jnp.int32(0), state, jnp.full(num_steps, -1, jnp.int32), jnp.zeros(num_steps, jnp.float32))
+        _, state, placed_job, frag = jax.lax.while_loop(
+            lambda c: (c[0] < num_steps) & ~c[1].core.done, body, init)
         return state.outcome, state.core.done, placed_job, frag, f0
 
     def seeds_in_turn(keys, params, jobs):
@@ -148,25 +163,50 @@ def curves(jobs, lengths, outcome, placed_job, frag, f0, capacity_milli: int):
     return np.stack(alloc_curves), np.stack(frag_curves)
 
 
-def run_list(name: str, data: Path, nodes, params, capacity_milli: int, seeds, schedulers,
-             log=print):
-    """All schedulers on one pod list -> (curve rows, timing dict)."""
-    trace = alibaba.load_openb_pods(data / f"openb_pod_list_{name}.csv", mode="static")
-    frag_classes = trace.frag_classes()  # from the untuned list, as published
-    env_params = to_device(EnvParams(params.cluster, frag_classes))
-    # Seeds padded (repeating the last) to a multiple of the device count; padding dropped below.
-    padded = list(seeds) + [seeds[-1]] * (-len(seeds) % len(jax.devices()))
-    jobs_np, lengths = make_episodes(trace, capacity_milli, padded)
-    jobs = to_device(jobs_np)
-    keys = jax.vmap(jax.random.key)(jnp.asarray(padded))
-    rows, timings = [], {}
+def prepare_lists(names, data: Path, params, capacity_milli: int, seeds):
+    """Every pod list's episodes, padded to one shape -> {name: (env params, jobs, numpy
+    jobs, list lengths)}, and the seeds padded (repeating the last) to a multiple of the
+    device count (the padding seeds' results are dropped)."""
+    seeds = list(seeds) + [seeds[-1]] * (-len(seeds) % len(jax.devices()))
+    traces = {name: alibaba.load_openb_pods(data / f"openb_pod_list_{name}.csv", mode="static")
+              for name in names}
+    lists = {name: tuned_lists(trace, capacity_milli, seeds) for name, trace in traces.items()}
+    num_jobs = max(len(ix) for per_seed in lists.values() for ix in per_seed)
+    num_classes = max(len(trace.frag_classes().weight) for trace in traces.values())
+    prepared = {}
+    for name, trace in traces.items():
+        # From the untuned list, as published; padded with weight-0 classes.
+        frag_classes = trace.frag_classes(max_classes=num_classes)
+        jobs_np, lengths = make_episodes(trace, capacity_milli, seeds, num_jobs, lists[name])
+        prepared[name] = (to_device(EnvParams(params.cluster, frag_classes)), to_device(jobs_np),
+                          jobs_np, lengths)
+    return prepared, seeds
+
+
+def compile_runs(schedulers, prepared, seeds, log=print):
+    """Each scheduler's run, compiled once for every list -> ({label: compiled}, {label: s})."""
+    env_params, jobs, _, _ = next(iter(prepared.values()))
+    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
+    runs, seconds = {}, {}
     for label, reg_name in schedulers:
         sched = policies.get(reg_name)
         env = ClusterEnv(sched.env_config(EnvConfig(
             mode="static", window=1, queue_capacity=1, running_capacity=1,
             tie_break="permutation")))
         start = time.perf_counter()
-        run = make_run(env, sched.policy, jobs.num_jobs)
+        runs[label] = make_run(env, sched.policy, jobs.num_jobs).lower(keys, env_params, jobs).compile()
+        seconds[label] = round(time.perf_counter() - start, 2)
+        log(f"compiled {label} in {seconds[label]:.1f} s")
+    return runs, seconds
+
+
+def run_list(name: str, prepared, runs, capacity_milli: int, seeds, padded_seeds, log=print):
+    """Every compiled scheduler run on one prepared pod list -> (curve rows, timing dict)."""
+    env_params, jobs, jobs_np, lengths = prepared
+    keys = jax.vmap(jax.random.key)(jnp.asarray(padded_seeds))
+    rows, timings = [], {}
+    for label, run in runs.items():
+        start = time.perf_counter()
         out = jax.device_get(run(keys, env_params, jobs))
         seconds = time.perf_counter() - start
         outcome, done, placed_job, frag, f0 = (np.asarray(x)[:len(seeds)] for x in out)
@@ -266,9 +306,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    prepared, padded_seeds = prepare_lists(names, data, params, capacity_milli, args.seeds)
+    runs, compile_seconds = compile_runs(schedulers, prepared, padded_seeds)
     all_rows, timings = [], {}
     for name in names:
-        rows, t = run_list(name, data, nodes, params, capacity_milli, args.seeds, schedulers)
+        rows, t = run_list(name, prepared[name], runs, capacity_milli, args.seeds, padded_seeds)
         all_rows += rows
         timings[name] = t
     total = time.perf_counter() - start
@@ -282,7 +324,7 @@ def main(argv=None) -> int:
     plot(curve, out / "alloc_vs_load.png")
     (out / "run.json").write_text(json.dumps(
         {"lists": names, "seeds": args.seeds, "schedulers": [s for s, _ in schedulers],
-         "seconds_total": round(total, 1),
+         "seconds_total": round(total, 1), "compile_seconds": compile_seconds,
          "seconds_per_run": timings, "device": str(jax.devices()[0])}, indent=2))
     print(header + table)
     print(f"wrote {out}/alloc_vs_load.csv, alloc_vs_load.png, table.md, run.json")

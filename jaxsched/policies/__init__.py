@@ -62,6 +62,10 @@ class Scheduler:
         return dataclasses.replace(config, **changes)
 
 
+# Job shapes of each kind in fgd's drop table (``EnvConfig.fgd_table``): the openb pod lists
+# have at most 39 fractional and 52 other shapes; a shape beyond is scored the slow way.
+FGD_TABLE = 64
+
 # DRR's published ``--re_time``; its ``--re_num 5`` and ``--util_threshold 0.5`` are the
 # EnvConfig defaults (resched_max_moves, resched_util_threshold).
 DRR_RESCHED_INTERVAL_S = 3600.0
@@ -81,7 +85,7 @@ REGISTRY = {
                   "FGD paper's GpuClustering: nodes hosting the same job class",
                   track_job_classes=True),
         Scheduler("fgd", fgd, "fgd", "Fragmentation Gradient Descent (Weng et al., ATC '23)",
-                  turns=None),
+                  turns=None, env_changes=(("fgd_table", FGD_TABLE),)),
         Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
         Scheduler("r&p", reserving_packing, "best-fit",
                   "Alibaba's Reserving-and-Packing (NSDI '22): high-end GPUs for multi-GPU jobs, "

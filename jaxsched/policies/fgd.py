@@ -25,6 +25,13 @@ compare-and-sum passes (the node's per-class sums, and those two counts); scorin
 (class, node, GPU) in full took a dozen. ~77k -> ~120k decisions/s (scripts/bench.py --quick,
 1,024 episodes, one-kernel loops). Whole-GPU and CPU-only jobs leave no GPU partly used,
 so their [M, N] pass stays direct.
+
+That pass over every node is what the policy falls back on. With the env's drop table
+(``EnvConfig.fgd_table``, set by the registry entry) the same integers are kept per node and
+job shape and redone only for the node an event changed (``frag.node_drops``), so a decision
+is a column lookup (``table_drops``); a job whose shape is not in the table is scored the
+full way. The FGD paper's grid (scripts/reproduce_fgd.py): same table, measured speed in
+README.md, "Speed and scale".
 """
 
 import jax
@@ -50,13 +57,10 @@ def _by_gpu_milli(classes):
 
 def _prefix_sums(x):
     """[M, N] -> [N, M + 1]: column i sums the first i rows (classes)."""
-    rows = [jnp.zeros_like(x[0])]
-    for row in x:
-        rows.append(rows[-1] + row)
-    return jnp.stack(rows, 1)
+    return jnp.concatenate([jnp.zeros_like(x[:1]), jnp.cumsum(x, 0)]).T
 
 
-NO_ROOM = jnp.iinfo(jnp.int32).min  # a fractional job's drop (and score) on a node with no GPU room
+NO_ROOM = frag.NO_ROOM  # a fractional job's drop (and score) on a node with no GPU room
 
 
 def fgd_drops(obs, job):
@@ -112,19 +116,33 @@ def fgd_drops(obs, job):
     return jax.lax.cond(is_fractional, fractional, whole_or_cpu_only).astype(jnp.int32)
 
 
-def fgd_scores(obs, job):
+def table_drops(obs, job):
+    """``fgd_drops`` from the env's drop table (``EnvConfig.fgd_table``) when the job's shape
+    is in it: a column lookup; else (or without a table) the pass over every node. Exact
+    either way: the table holds the same integers (tests/policies/test_fgd.py)."""
+    if obs.fgd_drop.shape != (obs.free_milli.shape[0], obs.fgd_shape.shape[0]):  # no table
+        return fgd_drops(obs, job)
+    shape = jnp.stack([job["num_gpu"], job["gpu_milli"], job["cpu_milli"]])
+    match = (obs.fgd_shape == shape).all(-1)  # [2S]
+    return jax.lax.cond(match.any(), lambda: obs.fgd_drop[:, jnp.argmax(match)],
+                        lambda: fgd_drops(obs, job))
+
+
+def fgd_scores(obs, job, drops=table_drops):
     """[N] int32 FGD score of every node for ``job`` (feasibility not applied): ``int(100 *
     sigmoid(drop / 1000))`` of ``fgd_drops`` in milli. A fractional job's node scores as its
     best GPU with room (the score rises with the drop, so the best drop gives the best
-    score), and as the lowest possible without one."""
-    drop = fgd_drops(obs, job)
+    score), and as the lowest possible without one. ``drops``: where the drops come from
+    (the table when there is one; ``fgd_drops`` scores every node)."""
+    drop = drops(obs, job)
     return jnp.where(drop == NO_ROOM, NO_ROOM,
                      frag.fgd_score(frag.frag_milli(drop, obs.frag_classes), 0.0)).astype(jnp.int32)
 
 
-def fgd(params, obs, key):
-    """policy(params, obs, key) -> flat action."""
+def fgd(params, obs, key, drops=table_drops):
+    """policy(params, obs, key) -> flat action. ``drops``: as in ``fgd_scores`` (``fgd_drops``:
+    today's pass over every node, the table's oracle)."""
     del params, key
     slot = first_fitting_slot(obs)
-    scores = fgd_scores(obs, window_job(obs, slot))
+    scores = fgd_scores(obs, window_job(obs, slot), drops)
     return place_or_wait(obs, slot, best_node(scores, obs.place_mask[slot], obs.node_rank))

@@ -88,6 +88,12 @@ class EnvConfig:
       (results/bench/bench_quick_nofrag.md, profile.md).
     track_job_classes: keep per node the gpu-clustering job classes it hosts
       (``Observation.node_classes``); costs a [N, G+1] count array in the state.
+    fgd_table: S > 0 keeps FGD's drop table (``Observation.fgd_shape``, ``fgd_drop``): for
+      the first S fractional and S other distinct job shapes (num_gpu, gpu_milli, cpu_milli)
+      of the episode, each node's drop (``frag.node_drops``), computed at reset and redone
+      for the one node an event changes, [S, G, M] + [S, M] work instead of the fgd policy's
+      [M, N, G] pass at every decision; the policy looks the job up there and scores every
+      node itself only for a shape not in the table. 0: off.
     resched_interval_s: seconds between rescheduling (migration) passes; 0 turns them off.
       Dynamic mode only. Definition: docs/schedulers.md, "Rescheduling".
     resched_max_moves: jobs moved per pass at most (DRR's ``re_num``).
@@ -111,6 +117,7 @@ class EnvConfig:
     reward_scale: float = 1.0 / 3600.0
     track_job_classes: bool = False
     track_frag: bool = True
+    fgd_table: int = 0
     resched_interval_s: float = 0.0
     resched_max_moves: int = 5
     resched_util_threshold: float = 0.5
@@ -136,7 +143,7 @@ class EnvConfig:
             bad("backfill", "must be true or false")
         if not self.reserve_after_s >= 0:
             bad("reserve_after_s", "must be a number >= 0 (+inf: no reservations)")
-        for field in ("warmup_jobs", "measured_jobs"):
+        for field in ("warmup_jobs", "measured_jobs", "fgd_table"):
             if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
                 bad(field, "must be an integer >= 0")
         if self.static and (self.warmup_jobs or self.measured_jobs):
@@ -264,6 +271,7 @@ class ClusterEnv:
             run_head=jnp.int32(0),
             num_running=jnp.int32(0),
             class_count=jnp.zeros(self._class_count_shape(cluster), jnp.int32),
+            **self._fgd_table(jobs, params, free_milli, free_cpu),
             next_resched_s=t0 + jnp.float32(cfg.resched_interval_s) if cfg.rescheduling else INF,
             resched_due=jnp.bool_(False),
             resv_due=jnp.bool_(False),
@@ -365,7 +373,7 @@ class ClusterEnv:
         node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
         run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])
         end = INF if cfg.static else core.time_s + run_s
-        core = self._set_node(core, jobs, cluster, n, new_row, free_cpu, free_mem,
+        core = self._set_node(core, jobs, params, n, new_row, free_cpu, free_mem,
                               jnp.where(place, node_frag, core.frag_node[n]))
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], place.astype(jnp.int32))
         if not cfg.static:
@@ -486,6 +494,8 @@ class ClusterEnv:
             frag_classes=params.frag_classes,
             node_classes=self._node_classes(core, params.cluster),
             measure_from_s=core.measure_from_s,
+            fgd_shape=core.fgd_shape,
+            fgd_drop=core.fgd_drop,
         )
 
     def metrics(self, state: SimState, params: EnvParams) -> dict:
@@ -824,9 +834,11 @@ class ClusterEnv:
             return jnp.zeros(free_row.shape[:-1], jnp.float32)
         return frag.node_frag(free_row, free_cpu, model, params.frag_classes)
 
-    def _set_node(self, core: Core, jobs: Jobs, cluster, n, free_row, free_cpu, free_mem, node_frag):
-        """Write node n's new free resources and refresh its cached summaries and its
-        ``window_fit`` bits (K fit tests)."""
+    def _set_node(self, core: Core, jobs: Jobs, params: EnvParams, n, free_row, free_cpu, free_mem,
+                  node_frag):
+        """Write node n's new free resources and refresh its cached summaries, its
+        ``window_fit`` bits (K fit tests) and its row of the FGD drop table."""
+        cluster = params.cluster
         max_free, whole_free = resources.node_summary(free_row)
         core = core.replace(
             free_milli=core.free_milli.at[n].set(free_row),
@@ -836,7 +848,36 @@ class ClusterEnv:
             max_free=core.max_free.at[n].set(max_free),
             whole_free=core.whole_free.at[n].set(whole_free),
         )
+        if self.config.fgd_table:
+            core = core.replace(fgd_drop=core.fgd_drop.at[n].set(self._node_drops(
+                core.fgd_shape, free_row, cluster.gpu_exists[n], free_cpu[n], cluster.gpu_model[n], params)))
         return core.replace(window_fit=core.window_fit.at[n].set(self._column(core, jobs, cluster, n)))
+
+    def _fgd_table(self, jobs: Jobs, params: EnvParams, free_milli, free_cpu) -> dict:
+        """``Core.fgd_shape`` and ``fgd_drop`` at reset (``EnvConfig.fgd_table``): the shapes
+        are the first S distinct ones of each kind in sorted order (a sort, at reset only)."""
+        s, cluster = self.config.fgd_table, params.cluster
+        if not s:
+            return {"fgd_shape": jnp.full((1, 3), -1, jnp.int32), "fgd_drop": jnp.zeros((1, 1), jnp.int32)}
+        big = jnp.iinfo(jnp.int32).max
+        rows = jnp.stack([jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli], 1)  # [J, 3]
+        fractional = (jobs.num_gpu == 1) & (jobs.gpu_milli < GPU_MILLI)
+        kinds = [jnp.unique(jnp.where((jobs.valid & is_kind)[:, None], rows, big), axis=0, size=s,
+                            fill_value=big) for is_kind in (fractional, ~fractional)]
+        shape = jnp.concatenate(kinds)  # [2S, 3]; a row of int32 max matches no job
+        # Every GPU of a node is free at reset, so one GPU tells a fractional shape's drop.
+        drop = jax.vmap(lambda row, exists, cpu, model: self._node_drops(
+            shape, row, exists, cpu, model, params, tried=1))(free_milli, cluster.gpu_exists, free_cpu,
+                                                              cluster.gpu_model)
+        return {"fgd_shape": shape, "fgd_drop": drop}
+
+    def _node_drops(self, shape, free_row, exists, free_cpu, model, params: EnvParams, tried=None):
+        """[2S] int32: one node's row of the FGD drop table (``frag.node_drops``)."""
+        s = self.config.fgd_table
+        per_kind = [frag.node_drops(free_row, exists, free_cpu, model, params.frag_classes,
+                                    *part.T, fractional, tried if fractional else None)
+                    for part, fractional in ((shape[:s], True), (shape[s:], False))]
+        return jnp.concatenate(per_kind)
 
     def _class_count_shape(self, cluster) -> tuple:
         """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking
@@ -911,7 +952,7 @@ class ClusterEnv:
         new_row = core.free_milli[n] + back_row
         free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
         node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
-        core = self._set_node(core, jobs, cluster, n, new_row, free_cpu,
+        core = self._set_node(core, jobs, params, n, new_row, free_cpu,
                               core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
                               jnp.where(active, node_frag, core.frag_node[n]))
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -active.astype(jnp.int32))
@@ -1102,14 +1143,14 @@ class ClusterEnv:
         src_row = core.free_milli[s] + jnp.where(old_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[s].add(cpu), core.free_mem.at[s].add(mem)
         src_frag = self._node_frag(src_row, free_cpu[s], cluster.gpu_model[s], params)
-        core = self._set_node(core, jobs, cluster, s, src_row, free_cpu, free_mem,
+        core = self._set_node(core, jobs, params, s, src_row, free_cpu, free_mem,
                               jnp.where(move, src_frag, core.frag_node[s]))
         # Take GPUs on the destination by best fit.
         new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "best-fit")
         dest_row = core.free_milli[d] - jnp.where(new_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[d].add(-cpu), core.free_mem.at[d].add(-mem)
         dest_frag = self._node_frag(dest_row, free_cpu[d], cluster.gpu_model[d], params)
-        core = self._set_node(core, jobs, cluster, d, dest_row, free_cpu, free_mem,
+        core = self._set_node(core, jobs, params, d, dest_row, free_cpu, free_mem,
                               jnp.where(move, dest_frag, core.frag_node[d]))
         core = self._count_class(core, s, num_gpu, gpu_milli, -move.astype(jnp.int32))
         core = self._count_class(core, d, num_gpu, gpu_milli, move.astype(jnp.int32))

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxsched.sim.reduce import sum_last
-from jaxsched.types import FragClasses
+from jaxsched.types import GPU_MILLI, FragClasses
 
 
 def class_frag(free_milli, free_cpu, gpu_model, classes: FragClasses):
@@ -86,3 +86,47 @@ def fgd_gpu_scores(free_row, free_cpu_before, free_cpu_after, gpu_model, gpu_mil
     after = class_frag(rows, jnp.broadcast_to(free_cpu_after, (g,)), jnp.broadcast_to(gpu_model, (g,)),
                        classes)  # [G, M]
     return fgd_score(frag_drop(before, after, classes), 0.0)
+
+
+NO_ROOM = jnp.iinfo(jnp.int32).min  # a fractional job's drop (and score) on a node with no GPU room
+
+
+def node_drops(free_row, gpu_exists, free_cpu, gpu_model, classes: FragClasses, num_gpu, gpu_milli,
+               cpu_milli, fractional: bool, tried: int | None = None):
+    """[S] int32: how much placing each of S job shapes on one node lowers sum_m weight_m
+    F_n(m), exact: the same integers as the fgd policy's pass over every node
+    (``policies.fgd.fgd_drops``), for the env's table of them (``EnvConfig.fgd_table``).
+
+    free_row, gpu_exists [G] (int32, bool); free_cpu, gpu_model []; num_gpu, gpu_milli,
+    cpu_milli [S] int32. ``fractional`` (static): every shape is one GPU and < 1000 milli, and
+    the node's drop is its best GPU's with room (``NO_ROOM`` if none), GPUs tried directly
+    ([S, G, M]: a job on GPU g changes the classes whose gpu_milli lies in (f_g - d, f_g] or
+    above f_g); else every shape is whole-GPU or CPU-only ([S, M]). ``tried``: fractional
+    only, try the first ``tried`` GPUs alone (all by default; a node whose GPUs are all
+    alike needs one). Feasibility not applied.
+    """
+    need = classes.gpu_milli  # [M]
+    f, has = free_row[:, None], gpu_exists[:, None]  # [G, 1]
+    enough = (has & (f >= need) & (need > 0)).sum(0, dtype=jnp.int32)  # [M] GPUs with room
+    too_small = jnp.where(has & (f < need), f, 0).sum(0)  # [M] milli on GPUs without
+    idle = free_row.sum()
+    static_fit = (classes.num_gpu > 0) & ((classes.model_mask >> gpu_model) & 1 == 1)  # [M]
+    w = classes.weight
+    before = jnp.where(static_fit & (free_cpu >= classes.cpu_milli) & (enough >= classes.num_gpu),
+                       too_small, idle)
+    weighted_before = (before * w).sum()  # exact int32 (types.MAX_FRAG_WEIGHT)
+    d = gpu_milli[:, None]  # [S, 1]
+    fits_cpu_after = static_fit & (free_cpu - cpu_milli[:, None] >= classes.cpu_milli)  # [S, M]
+    if not fractional:  # k wholly free GPUs (1000 >= any class's gpu_milli) become 0
+        k = jnp.where(d < GPU_MILLI, 0, num_gpu[:, None])
+        after = jnp.where(fits_cpu_after & (enough - k * (need > 0) >= classes.num_gpu), too_small,
+                          idle - k * GPU_MILLI)
+        return weighted_before - (after * w).sum(-1)
+    row, exists = free_row[:tried], gpu_exists[:tried]  # [G'] the GPUs tried
+    fg, dg = row[None, :, None], d[:, :, None]  # [1, G', 1], [S, 1, 1]
+    loses = (fg - dg < need) & (need <= fg)  # [S, G', M] GPU g loses room for class m
+    was_small = fg < need  # [1, G', M] it was too small for m already
+    after = jnp.where(fits_cpu_after[:, None, :] & (enough - loses >= classes.num_gpu),
+                      too_small + (fg - dg) * loses - dg * was_small, idle - dg)
+    drop = weighted_before - (after * w).sum(-1)  # [S, G']
+    return jnp.where(exists & (row >= d), drop, NO_ROOM).max(-1)

@@ -5,16 +5,21 @@ Cluster (states.cluster): n0 8 GPUs / 96 cores, n1 8 GPUs / 96 cores, n2 2 GPUs 
 n3 1 GPU / 8 cores.
 """
 
+import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from jaxsched import cluster as cl
 from jaxsched import policies
-from jaxsched.policies.fgd import fgd_scores
+from jaxsched.policies.fgd import fgd_drops, fgd_scores
 from jaxsched.sim import ClusterEnv, EnvConfig, frag
-from jaxsched.types import EnvParams, jobs_from_numpy, to_device
+from jaxsched.types import ALL_MODELS, GPU_MILLI, OUTCOME_PLACED, EnvParams, jobs_from_numpy, to_device
+from jaxsched.workload import classes as workload_classes
 from tests.policies.states import N_NODES, chosen_node, cluster, frag_classes, observe
 
 fgd = jax.jit(policies.get("fgd").policy)
@@ -125,3 +130,113 @@ def test_vectorised_scores_match_a_from_scratch_computation_on_random_states():
                 assert got[n] == want, (trial, n, (num_gpu, gpu_milli, cpu_milli), row, cpu[n])
                 checked += 1
     assert checked > 100
+
+
+# ----- the env's drop table (EnvConfig.fgd_table) against the pass over every node --------
+
+TABLE_NODES = 64  # the first openb nodes: a cluster that long pod lists fill and fragment
+TABLE_LISTS = ("default", "gpuspec33", "multigpu50")  # real lists when ../shared/data has them
+
+
+def _pod_list(name, seed):
+    """(cluster, jobs, target workload): pods drawn from openb list ``name`` until they ask for
+    130% of the cluster's GPUs (the FGD experiment's load), or synthetic pods of the same
+    kinds (fractional, whole-GPU, multi-GPU, CPU-only, GPU-model bound) without the data."""
+    from jaxsched import paths
+    from jaxsched.workload import alibaba
+    rng = np.random.default_rng(seed)
+    root = paths.data_dir()
+    openb = None if root is None else root / "alibaba-gpu-v2023"
+    if openb is not None and (openb / f"openb_pod_list_{name}.csv").exists():
+        table = cl.load_openb_nodes(openb / "openb_node_list_gpu_node.csv")
+        table = cl.NodeTable(*(x[:TABLE_NODES] for x in dataclasses.astuple(table)))
+        trace = alibaba.load_openb_pods(openb / f"openb_pod_list_{name}.csv", mode="static")
+        pods = [trace.num_gpu, trace.gpu_milli, trace.cpu_milli, trace.mem_mib, trace.model_mask]
+        classes = trace.frag_classes()
+    else:  # synthetic: 40 nodes of 8/4/2 GPUs of two models
+        table = cl.NodeTable(tuple(f"n{i}" for i in range(40)), np.asarray([i % 2 for i in range(40)], np.int32),
+                             np.asarray([8, 4, 2, 8] * 10, np.int32), np.full(40, 64000, np.int32),
+                             np.full(40, 1 << 19, np.int32))
+        kinds = np.asarray([(1, 250, 4000), (1, 500, 8000), (1, 700, 2000), (1, 1000, 8000),
+                            (2, 1000, 16000), (4, 1000, 24000), (0, 0, 12000), (1, 300, 1000)])
+        pick = rng.integers(0, len(kinds), 4000)
+        pods = [kinds[pick, 0], kinds[pick, 1], kinds[pick, 2], np.full(4000, 1024),
+                np.where(pick % 3 == 0, 1, ALL_MODELS)]
+        classes = workload_classes.target_workload(pods[2], pods[1], pods[0], [""] * 4000)
+    order = rng.permutation(len(pods[0]))
+    request = np.cumsum(pods[0][order].astype(np.int64) * pods[1][order])
+    take = order[:int(np.searchsorted(request, 1.3 * table.total_gpus * GPU_MILLI)) + 1]
+    num_gpu, gpu_milli, cpu_milli, mem_mib, model_mask = (np.asarray(x)[take] for x in pods)
+    jobs = jobs_from_numpy(np.arange(len(take)), np.zeros(len(take)), num_gpu, gpu_milli, cpu_milli,
+                           mem_mib, model_mask=model_mask)
+    return cl.to_cluster(table), jobs, classes
+
+
+def _oracle_table(obs):
+    """[N, 2S] every row of the env's table, scored by the pass over every node."""
+    def column(shape):
+        return fgd_drops(obs, {"num_gpu": shape[0], "gpu_milli": shape[1], "cpu_milli": shape[2]})
+    return jax.vmap(column)(obs.fgd_shape).T
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _episode_both_ways(env, key, params, jobs):
+    """A whole episode of fgd on its table -> (its actions, the full pass's action at every
+    same decision, the table and its oracle at reset and at the end, the final state)."""
+    full_pass = functools.partial(policies.get("fgd").policy, drops=fgd_drops)
+    state, obs = env.reset(key, params, jobs)
+    first = (obs.fgd_drop, _oracle_table(obs))
+
+    def body(carry, t):
+        state, obs = carry
+        k = jax.random.fold_in(key, t)
+        action, oracle = fgd(None, obs, k), full_pass(None, obs, k)
+        state, obs, *_ = env.step(k, state, action, params)
+        return (state, obs), (action, oracle)
+
+    (state, obs), (actions, oracles) = jax.lax.scan(body, (state, obs), jnp.arange(jobs.num_jobs))
+    return actions, oracles, first, (obs.fgd_drop, _oracle_table(obs)), state
+
+
+@pytest.mark.parametrize("name", TABLE_LISTS)
+def test_drop_table_makes_the_decisions_of_the_full_pass_over_long_static_episodes(name):
+    clus, jobs, classes = _pod_list(name, seed=len(name))
+    sched = policies.get("fgd")
+    env = ClusterEnv(sched.env_config(EnvConfig(mode="static", window=1, queue_capacity=1,
+                                                running_capacity=1)))
+    assert env.config.fgd_table > 0  # the registry entry turns the table on
+    actions, oracles, first, last, state = jax.device_get(_episode_both_ways(
+        env, jax.random.key(3), to_device(EnvParams(clus, classes)), to_device(jobs)))
+    live = np.asarray(actions) != env.wait_action(EnvParams(clus, classes))
+    assert live.sum() > 250 and bool(state.core.done)
+    np.testing.assert_array_equal(actions, oracles)
+    # Real shapes only (int32-max rows are unused); every job's shape is in the table.
+    shape = np.asarray(jax.device_get(env.reset(jax.random.key(3), to_device(EnvParams(clus, classes)),
+                                                to_device(jobs))[1].fgd_shape))
+    used = shape[:, 0] < np.iinfo(np.int32).max
+    assert {tuple(r) for r in shape[used]} == set(zip(jobs.num_gpu[jobs.valid], jobs.gpu_milli[jobs.valid],
+                                                      jobs.cpu_milli[jobs.valid]))
+    for table, oracle in (first, last):
+        np.testing.assert_array_equal(np.asarray(table)[:, used], np.asarray(oracle)[:, used])
+    # The episode filled and fragmented the cluster: jobs failed, GPUs were shared.
+    assert int(state.core.acc.failed) > 0
+    assert (np.asarray(state.core.free_milli) % GPU_MILLI != 0).any()
+
+
+def test_drop_table_follows_completions_in_dynamic_mode():
+    # Jobs arrive and leave: every completion redoes its node's row.
+    clus, jobs, classes = _pod_list("synthetic", seed=5)
+    rng = np.random.default_rng(5)
+    n = min(jobs.num_jobs, 600)
+    jobs = jobs_from_numpy(np.sort(rng.uniform(0, 2000, n)), rng.uniform(50, 400, n), jobs.num_gpu[:n],
+                           jobs.gpu_milli[:n], jobs.cpu_milli[:n], jobs.mem_mib[:n],
+                           model_mask=jobs.model_mask[:n])
+    env = ClusterEnv(policies.get("fgd").env_config(EnvConfig(window=4, queue_capacity=64,
+                                                              running_capacity=256)))
+    actions, oracles, _, (table, oracle), state = jax.device_get(_episode_both_ways(
+        env, jax.random.key(1), to_device(EnvParams(clus, classes)), to_device(jobs)))
+    np.testing.assert_array_equal(actions, oracles)
+    finished = (state.outcome == OUTCOME_PLACED) & (state.end_s <= state.core.time_s)
+    assert finished.sum() > 100
+    used = np.asarray(jax.device_get(state.core.fgd_shape))[:, 0] < np.iinfo(np.int32).max
+    np.testing.assert_array_equal(np.asarray(table)[:, used], np.asarray(oracle)[:, used])
