@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from jaxsched import cluster as cl
-from jaxsched import devices, paths, policies
+from jaxsched import compile_cache, devices, outputs, paths, policies
+from jaxsched.errors import DataError
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import GPU_MILLI, OUTCOME_PLACED, EnvParams, jobs_from_numpy, to_device
 from jaxsched.workload import alibaba
@@ -287,8 +288,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="results/fgd/")
     parser.add_argument("--data", help="folder with the openb CSVs (default: $JAXSCHED_DATA or "
                                        "../shared/data, /alibaba-gpu-v2023)")
+    compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
     devices.configure_cpu()  # before the first JAX computation
+    compile_cache.enable_from_args(args)
     names = list(LISTS) if "all" in args.lists else args.lists
     if args.data:
         data = Path(args.data)
@@ -300,13 +303,17 @@ def main(argv=None) -> int:
         data = root / "alibaba-gpu-v2023"
     schedulers = [(label, reg) for label, reg in SCHEDULERS if label in args.schedulers]
 
-    nodes = cl.load_openb_nodes(data / "openb_node_list_gpu_node.csv")
-    capacity_milli = nodes.total_gpus * GPU_MILLI
-    params = EnvParams(cl.to_cluster(nodes), None)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    prepared, padded_seeds = prepare_lists(names, data, params, capacity_milli, args.seeds)
+    try:  # every input checked before the runs: a bad file or folder is one line, exit 2
+        outputs.check_writable(out, "--out")
+        nodes = cl.load_openb_nodes(data / "openb_node_list_gpu_node.csv")
+        capacity_milli = nodes.total_gpus * GPU_MILLI
+        params = EnvParams(cl.to_cluster(nodes), None)
+        prepared, padded_seeds = prepare_lists(names, data, params, capacity_milli, args.seeds)
+    except DataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     runs, compile_seconds = compile_runs(schedulers, prepared, padded_seeds)
     all_rows, timings = [], {}
     for name in names:

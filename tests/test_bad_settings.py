@@ -61,3 +61,20 @@ def test_clis_exit_2_on_a_bad_config(cli, tmp_path, capsys):
     assert "is a folder" in capsys.readouterr().err
     assert cli(["--set", "eval.episodes=0", "--quiet"]) == 2
     assert "EvalConfig.episodes" in capsys.readouterr().err
+
+
+def test_reproduce_fgd_names_a_bad_data_file_and_exits_2(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "reproduce_fgd", Path(__file__).parents[1] / "scripts" / "reproduce_fgd.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    nodes = tmp_path / "openb_node_list_gpu_node.csv"
+    args = ["--data", str(tmp_path), "--out", str(tmp_path / "out"), "--no-compile-cache"]
+    assert script.main(args) == 2
+    assert f"{nodes}: file not found" in capsys.readouterr().err
+    nodes.write_bytes(b"\x1f\x8b\x08 gzip")
+    assert script.main(args) == 2
+    assert "gzip-compressed" in capsys.readouterr().err
