@@ -128,9 +128,12 @@ def _int_field(path, line, field, text, minimum=0) -> int:
     return int(value)
 
 
-def _model_field(path, line, field, text) -> str:
+def _model_field(path, line, field, text, gpus: int) -> str:
+    """The GPU model of a node with ``gpus`` (> 0) GPUs; "CPU" contradicts the count."""
     if text not in MODEL_NAMES:
         raise DataError(path, line, field, f"unknown GPU model {text!r}; known: {MODEL_NAMES}")
+    if text == "CPU":
+        raise DataError(path, line, field, f"{gpus} GPUs on a node whose model is CPU")
     return text
 
 
@@ -168,7 +171,7 @@ def load_openb_nodes(path) -> NodeTable:
             gpus = _int_field(path, line, "gpu", rec["gpu"])
             if gpus > MAX_GPUS_PER_NODE:
                 raise DataError(path, line, "gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")
-            model = _model_field(path, line, "model", rec["model"] or "") if gpus else "CPU"
+            model = _model_field(path, line, "model", rec["model"] or "", gpus) if gpus else "CPU"
             rows.append((rec["sn"], model, gpus,
                          _int_field(path, line, "cpu_milli", rec["cpu_milli"]),
                          _int_field(path, line, "memory_mib", rec["memory_mib"])))
@@ -200,7 +203,7 @@ def load_pai_machines(path) -> NodeTable:
             gpus = _int_field(path, line, "cap_gpu", cap_gpu)
             if gpus > MAX_GPUS_PER_NODE:
                 raise DataError(path, line, "cap_gpu", f"{gpus} GPUs > {MAX_GPUS_PER_NODE} per node")
-            model = _model_field(path, line, "gpu_type", gpu_type) if gpus else "CPU"
+            model = _model_field(path, line, "gpu_type", gpu_type, gpus) if gpus else "CPU"
             cpu_milli = 1000 * _int_field(path, line, "cap_cpu", cap_cpu)
             mem_mib = 1024 * _int_field(path, line, "cap_mem", cap_mem)
             for field, value in (("cap_cpu", cpu_milli), ("cap_mem", mem_mib)):

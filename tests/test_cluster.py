@@ -145,6 +145,7 @@ GOOD = "n0,8000,32768,1,V100M16\n"
     (GOOD + "n1,8000,32768,2,H100\n", 3, "model", "unknown GPU model"),
     (GOOD + "n0,8000,32768,1,T4\n", 3, "sn", "duplicate sn 'n0'"),
     (GOOD + "n1,8000,32768,1,T4,extra\n", 3, None, "6 fields"),
+    (GOOD + "n1,8000,32768,2,CPU\n", 3, "model", "2 GPUs on a node whose model is CPU"),
 ])
 def test_malformed_openb_nodes(tmp_path, body, line, field, problem):
     p = write(tmp_path, "nodes.csv", NODE_HEADER + body)
