@@ -112,15 +112,18 @@ def _episode_alone(env, policy, policy_params, env_params, jobs, key, max_steps)
     """One episode, unbatched, stepped until it is done or has taken ``max_steps`` decisions
     -> its final state."""
     reset_key, step_key = jax.random.split(key)
-    state, obs = env.reset(reset_key, env_params, jobs)
+    state, _ = env.reset(reset_key, env_params, jobs)
 
+    # The observation is made afresh from the state each step, not carried: a carried one is
+    # a second copy of the state's arrays (fgd's drop table among them) written every step.
     def body(carry):
-        state, obs, t = carry
-        state, obs = _decide_and_step(env, policy, policy_params, env_params, step_key, state, obs, t)
-        return state, obs, t + 1
+        state, t = carry
+        obs = env.observe(state, env_params)
+        state, _ = _decide_and_step(env, policy, policy_params, env_params, step_key, state, obs, t)
+        return state, t + 1
 
-    state, _, _ = jax.lax.while_loop(lambda c: (c[2] < max_steps) & ~c[0].core.done, body,
-                                     (state, obs, jnp.int32(0)))
+    state, _ = jax.lax.while_loop(lambda c: (c[1] < max_steps) & ~c[0].core.done, body,
+                                  (state, jnp.int32(0)))
     return state
 
 
