@@ -25,6 +25,14 @@ MANIFEST = "files.json"
 STAGING_PREFIX = ".incomplete-"
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write a file so that a kill at any point leaves the old or the new one, never a cut one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def check_writable(out_dir: Path, key: str = "eval.out_dir") -> None:
     """Create ``out_dir`` and make sure files can be written there, before any work is done;
     a ``DataError`` naming ``key`` if not."""
@@ -86,6 +94,6 @@ def publish(out_dir: Path, write: Callable[[Path], list]) -> list:
         (out_dir / name).unlink(missing_ok=True)
     for name in written:
         os.replace(staging / name, out_dir / name)
-    (out_dir / MANIFEST).write_text(json.dumps({"files": written}, indent=1))
+    write_atomically(out_dir / MANIFEST, json.dumps({"files": written}, indent=1))
     shutil.rmtree(staging, ignore_errors=True)
     return written

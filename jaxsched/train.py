@@ -60,7 +60,6 @@ import dataclasses
 import io
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -76,7 +75,7 @@ from jaxsched import agents, compile_cache
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import evaluate as ev
-from jaxsched import policies, report
+from jaxsched import outputs, policies, report
 from jaxsched.agents import checkpoint, training
 from jaxsched.errors import DataError
 from jaxsched.sim.env import ClusterEnv
@@ -313,7 +312,7 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
             raise DataError(str(out_dir / "checkpoints"), None, "--out",
                             "holds checkpoints of an earlier run: --resume continues it; "
                             "another --out (or deleting them) starts afresh")
-        _write_atomically(out_dir / RUN_FILE, json.dumps(run_identity(run), indent=1, default=str))
+        outputs.write_atomically(out_dir / RUN_FILE, json.dumps(run_identity(run), indent=1, default=str))
     start = int(runners.update[0])
     end = tc.total_updates if stop_after is None else min(tc.total_updates, stop_after)
     started = time.perf_counter()
@@ -441,19 +440,12 @@ def _rows_until(path: Path, update: int, expected: int | None) -> list:
     return frame.to_dict("records")
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write a file so that a kill at any point leaves the old or the new one, never a cut one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _write_rows(path: Path, rows, fields) -> None:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=fields)
     writer.writeheader()
     writer.writerows(rows)
-    _write_atomically(path, out.getvalue())
+    outputs.write_atomically(path, out.getvalue())
 
 
 def validation_config(run: RunConfig) -> cfg_lib.Config:
