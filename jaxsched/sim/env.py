@@ -233,6 +233,7 @@ class ClusterEnv:
         free_cpu = jnp.where(cluster.valid, cluster.cpu_milli, 0)
         free_mem = jnp.where(cluster.valid, cluster.mem_mib, 0)
         max_free, whole_free = resources.node_summary(free_milli)
+        frag_node = jnp.where(cluster.valid, self._node_frag(free_milli, free_cpu, cluster.gpu_model, params), 0.0)
         if cfg.static:
             unschedulable = jnp.zeros(num_jobs, bool)  # static mode tests fit at each arrival
         else:
@@ -252,7 +253,7 @@ class ClusterEnv:
             free_milli=free_milli,
             free_cpu=free_cpu,
             free_mem=free_mem,
-            frag_node=jnp.where(cluster.valid, self._node_frag(free_milli, free_cpu, cluster.gpu_model, params), 0.0),
+            frag_node=frag_node,
             max_free=max_free,
             whole_free=whole_free,
             queue=jnp.full(q, -1, jnp.int32),
@@ -279,7 +280,7 @@ class ClusterEnv:
             measure_to_s=measure_to_s,
             measure_last=measure_last,
             measure_open=jnp.int32(0),
-            acc=metrics.Accumulators.zeros(cluster.num_nodes),
+            acc=metrics.Accumulators.zeros(cluster.num_nodes, t0, free_milli.sum(), frag_node),
             done=jnp.bool_(False),
         )
         state = SimState(
@@ -367,14 +368,14 @@ class ClusterEnv:
                                              jobs.gpu_milli[j], params.frag_classes)
         gpus = resources.choose_gpus(free_row, jobs.num_gpu[j], jobs.gpu_milli[j], cfg.gpu_rule,
                                      key, gpu_scores, cluster.num_gpus[n])
-        used_row = jnp.where(gpus & place, jobs.gpu_milli[j], 0)
-        new_row = free_row - used_row
+        # The node's new row and the job's record both come from these bits: with the mask
+        # itself, XLA recomputed it from the old free_milli in each and copied [N, G] per step.
+        bits = resources.mask_to_bits(gpus)
+        used_row = jnp.where(resources.bits_to_mask(bits, cluster.max_gpus) & place, jobs.gpu_milli[j], 0)
         free_mem = core.free_mem.at[n].add(-jnp.where(place, jobs.mem_mib[j], 0))
-        node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
         run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])
         end = INF if cfg.static else core.time_s + run_s
-        core = self._set_node(core, jobs, params, n, new_row, free_cpu, free_mem,
-                              jnp.where(place, node_frag, core.frag_node[n]))
+        core = self._set_node(core, jobs, params, n, -used_row, free_cpu, free_mem, place)
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], place.astype(jnp.int32))
         if not cfg.static:
             core = self._running_insert(core, j, end, place)
@@ -389,7 +390,7 @@ class ClusterEnv:
                 place, OUTCOME_PLACED, jnp.where(reject, OUTCOME_REJECTED, state.outcome[j]))),
             node=state.node.at[j].set(jnp.where(place, n, state.node[j])),
             gpu_bits=state.gpu_bits.at[j].set(
-                jnp.where(place, resources.mask_to_bits(gpus), state.gpu_bits[j])),
+                jnp.where(place, bits, state.gpu_bits[j])),
             start_s=state.start_s.at[j].set(jnp.where(place, core.time_s, state.start_s[j])),
             end_s=state.end_s.at[j].set(jnp.where(place, end, jnp.where(reject, core.time_s, state.end_s[j]))),
         )
@@ -764,8 +765,10 @@ class ClusterEnv:
             node = jnp.where(fit.any(), jnp.argmin(jnp.where(fit, state.node_rank, big)), -1)
             return i + 1, free_milli, free_cpu, free_mem, node.astype(jnp.int32)
 
-        init = (jnp.int32(0), core.free_milli, core.free_cpu, core.free_mem, jnp.int32(-1))
-        return jax.lax.while_loop(cond, body, init)[-1]
+        # Under a cond: the loop works on a copy of the free resources ([N, G] and more), made
+        # only when a reservation is due, not at every event loop exit that checks for one.
+        init = lambda: (jnp.int32(0), core.free_milli, core.free_cpu, core.free_mem, jnp.int32(-1))  # noqa: E731
+        return jax.lax.cond(active, lambda: jax.lax.while_loop(cond, body, init())[-1], lambda: jnp.int32(-1))
 
     def _end_reservation(self, core: Core, jobs: Jobs, cluster, j, leave):
         """Job j leaves the queue (when ``leave``): if it held the reservation, the reservation
@@ -819,12 +822,10 @@ class ClusterEnv:
         return (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
 
     def _move_clock(self, core: Core, t_new, params: EnvParams):
-        """Advance the clock to ``t_new``, adding [t, t_new) to the time integrals."""
-        free_node = core.free_milli.sum(-1)
-        used_node = params.cluster.gpu_exists.sum(-1, dtype=jnp.int32) * GPU_MILLI - free_node
+        """Advance the clock to ``t_new``, adding [t, t_new) to the cluster-wide time integrals
+        (O(1): the per-node ones are settled when a node changes, ``_set_node``)."""
         acc = metrics.accumulate(core.acc, core.time_s, t_new, core.measure_from_s, core.measure_to_s,
-                                 used_node, free_node.sum(), core.frag_node, core.queue_len,
-                                 core.num_running)
+                                 core.queue_len, core.num_running)
         return core.replace(time_s=t_new, acc=acc)
 
     def _node_frag(self, free_row, free_cpu, model, params: EnvParams):
@@ -834,19 +835,34 @@ class ClusterEnv:
             return jnp.zeros(free_row.shape[:-1], jnp.float32)
         return frag.node_frag(free_row, free_cpu, model, params.frag_classes)
 
-    def _set_node(self, core: Core, jobs: Jobs, params: EnvParams, n, free_row, free_cpu, free_mem,
-                  node_frag):
-        """Write node n's new free resources and refresh its cached summaries, its
-        ``window_fit`` bits (K fit tests) and its row of the FGD drop table."""
+    def _set_node(self, core: Core, jobs: Jobs, params: EnvParams, n, milli_delta, free_cpu, free_mem,
+                  active):
+        """Node n's resources change now (when ``active``): ``milli_delta`` [G] int32 added to
+        its free milli per GPU (negative: taken; zero when not ``active``), ``free_cpu`` and
+        ``free_mem`` the new [N] arrays. Settles the node's time integrals at its old values,
+        refreshes its fragmentation, cached summaries, ``window_fit`` bits (K fit tests) and
+        its row of the FGD drop table.
+
+        The free row is read back from the updated array, not handed in: every reader of the
+        old ``free_milli`` then feeds its one in-place update, and XLA need not copy [N, G]."""
         cluster = params.cluster
+        free_milli = core.free_milli.at[n].add(milli_delta)
+        free_row = free_milli[n]
+        # Recomputed even when not ``active`` (the same exact value then: ``frag.frag_milli``),
+        # so that nothing reads the old ``frag_node``.
+        node_frag = self._node_frag(free_row, free_cpu[n], cluster.gpu_model[n], params)
+        used_before = cluster.gpu_exists[n].sum(dtype=jnp.int32) * GPU_MILLI - free_row.sum() + milli_delta.sum()
+        acc = metrics.settle_node(core.acc, n, core.time_s, core.measure_from_s, core.measure_to_s,
+                                  used_before, node_frag, milli_delta.sum(), active)
         max_free, whole_free = resources.node_summary(free_row)
         core = core.replace(
-            free_milli=core.free_milli.at[n].set(free_row),
+            free_milli=free_milli,
             free_cpu=free_cpu,
             free_mem=free_mem,
             frag_node=core.frag_node.at[n].set(node_frag),
             max_free=core.max_free.at[n].set(max_free),
             whole_free=core.whole_free.at[n].set(whole_free),
+            acc=acc,
         )
         if self.config.fgd_table:
             core = core.replace(fgd_drop=core.fgd_drop.at[n].set(self._node_drops(
@@ -949,12 +965,9 @@ class ClusterEnv:
         n = jnp.maximum(state.node[j], 0)  # inactive with an empty running set: any node
         gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
         back_row = jnp.where(gpus & active, jobs.gpu_milli[j], 0)
-        new_row = core.free_milli[n] + back_row
         free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
-        node_frag = self._node_frag(new_row, free_cpu[n], cluster.gpu_model[n], params)
-        core = self._set_node(core, jobs, params, n, new_row, free_cpu,
-                              core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)),
-                              jnp.where(active, node_frag, core.frag_node[n]))
+        core = self._set_node(core, jobs, params, n, back_row, free_cpu,
+                              core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)), active)
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -active.astype(jnp.int32))
         core = core.replace(
             run_job=core.run_job.at[slot].set(jnp.where(active, -1, core.run_job[slot])),
@@ -1140,18 +1153,14 @@ class ClusterEnv:
         num_gpu, gpu_milli = jobs.num_gpu[j], jobs.gpu_milli[j]
         cpu, mem = jnp.where(move, jobs.cpu_milli[j], 0), jnp.where(move, jobs.mem_mib[j], 0)
         old_gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
-        src_row = core.free_milli[s] + jnp.where(old_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[s].add(cpu), core.free_mem.at[s].add(mem)
-        src_frag = self._node_frag(src_row, free_cpu[s], cluster.gpu_model[s], params)
-        core = self._set_node(core, jobs, params, s, src_row, free_cpu, free_mem,
-                              jnp.where(move, src_frag, core.frag_node[s]))
+        core = self._set_node(core, jobs, params, s, jnp.where(old_gpus & move, gpu_milli, 0), free_cpu,
+                              free_mem, move)
         # Take GPUs on the destination by best fit.
         new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "best-fit")
-        dest_row = core.free_milli[d] - jnp.where(new_gpus & move, gpu_milli, 0)
         free_cpu, free_mem = core.free_cpu.at[d].add(-cpu), core.free_mem.at[d].add(-mem)
-        dest_frag = self._node_frag(dest_row, free_cpu[d], cluster.gpu_model[d], params)
-        core = self._set_node(core, jobs, params, d, dest_row, free_cpu, free_mem,
-                              jnp.where(move, dest_frag, core.frag_node[d]))
+        core = self._set_node(core, jobs, params, d, -jnp.where(new_gpus & move, gpu_milli, 0), free_cpu,
+                              free_mem, move)
         core = self._count_class(core, s, num_gpu, gpu_milli, -move.astype(jnp.int32))
         core = self._count_class(core, d, num_gpu, gpu_milli, move.astype(jnp.int32))
         core = self._resync(core, jobs, cluster, jnp.where(move, s, -1))  # s gained, d lost

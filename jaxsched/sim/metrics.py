@@ -28,10 +28,17 @@ class Accumulators:
                        (job * s; the "in_system" reward)
 
     Integrals over the measurement interval [Core.measure_from_s, Core.measure_to_s] only
-    (docs/semantics.md, "Metrics"); per node where a sum over nodes would be needed at every
-    event, so each event adds elementwise and the ordered sum over nodes waits for the summary:
-    used_integral  [N] float32  allocated milli-GPU of each node dt    (milli * s)
-    frag_integral  [N] float32  each node's fragmentation F_n dt        (milli * s)
+    (docs/semantics.md, "Metrics"):
+    node_integrals [N, 4] float32, per node, one row updated at once (``settle_node``):
+        [:, 0] allocated milli-GPU dt                                     (milli * s)
+        [:, 1] fragmentation F_n dt                                       (milli * s)
+        [:, 2] settled_s: the two integrals hold [episode start, settled_s); since then the
+               node's allocation and F_n have not changed
+        [:, 3] the F_n it has held since settled_s (Core.frag_node's value then)
+        A node's row changes only when the node does, not at every event; ``settled`` adds
+        each node's unsettled part at the summary. One array, so that each change reads and
+        writes one row in place (separate arrays each cost XLA an [N] copy per event).
+    idle_milli        int32     the cluster's free milli-GPU now (kept per change, exact)
     idle_integral     float32   idle milli-GPU of the cluster dt        (milli * s)
     jobs_integral     float32   jobs queued or running dt               (job * s)
     queue_integral    float32   jobs queued dt                          (job * s)
@@ -46,8 +53,8 @@ class Accumulators:
     reservations: jax.Array
     running_full: jax.Array
     in_system_integral: jax.Array
-    used_integral: jax.Array
-    frag_integral: jax.Array
+    node_integrals: jax.Array
+    idle_milli: jax.Array
     idle_integral: jax.Array
     jobs_integral: jax.Array
     queue_integral: jax.Array
@@ -57,9 +64,14 @@ class Accumulators:
     migration_gpu_s: jax.Array
 
     @classmethod
-    def zeros(cls, num_nodes: int) -> "Accumulators":
-        i, f, per_node = jnp.int32(0), jnp.float32(0.0), jnp.zeros(num_nodes, jnp.float32)
-        return cls(i, i, i, i, i, jnp.bool_(False), f, per_node, per_node, f, f, f, f, f, i, f)
+    def zeros(cls, num_nodes: int, t0, idle_milli, frag_node) -> "Accumulators":
+        """Empty accumulators of an episode that starts at ``t0`` with ``idle_milli`` free
+        and the nodes' fragmentation ``frag_node`` [N]."""
+        i, f = jnp.int32(0), jnp.float32(0.0)
+        zero = jnp.zeros(num_nodes, jnp.float32)
+        rows = jnp.stack([zero, zero, jnp.full(num_nodes, t0, jnp.float32), frag_node], -1)
+        return cls(i, i, i, i, i, jnp.bool_(False), f, rows, jnp.asarray(idle_milli, jnp.int32),
+                   f, f, f, f, f, i, f)
 
 
 def _overlap(t_from, t_to, lo, hi):
@@ -67,12 +79,11 @@ def _overlap(t_from, t_to, lo, hi):
     return jnp.clip(t_to, lo, hi) - jnp.clip(t_from, lo, hi)
 
 
-def accumulate(acc: Accumulators, t_from, t_to, measure_from_s, measure_to_s, used_node, idle_milli,
-               frag_node, queued, running) -> Accumulators:
+def accumulate(acc: Accumulators, t_from, t_to, measure_from_s, measure_to_s, queued, running) -> Accumulators:
     """Add the cluster state held over [t_from, t_to) to the integrals: the whole-episode
-    ``in_system_integral`` and, for the part inside the measurement interval, the rest.
-    used_node, frag_node [N]; idle_milli: the cluster's idle milli (int, exact); queued,
-    running: job counts."""
+    ``in_system_integral`` and, for the part inside the measurement interval, the cluster-wide
+    ones (the per-node ones wait for the node's next change, ``settle_node``).
+    queued, running: job counts."""
     jobs = (queued + running).astype(jnp.float32)
     quarter = (measure_to_s - measure_from_s) * jnp.float32(0.25)
     dt = _overlap(t_from, t_to, measure_from_s, measure_to_s)
@@ -81,14 +92,41 @@ def accumulate(acc: Accumulators, t_from, t_to, measure_from_s, measure_to_s, us
     backlog = (queued + acc.dropped_overflow).astype(jnp.float32)
     return acc.replace(
         in_system_integral=acc.in_system_integral + (t_to - t_from) * jobs,
-        used_integral=acc.used_integral + dt * used_node.astype(jnp.float32),
-        frag_integral=acc.frag_integral + dt * frag_node,
-        idle_integral=acc.idle_integral + dt * idle_milli.astype(jnp.float32),
+        idle_integral=acc.idle_integral + dt * acc.idle_milli.astype(jnp.float32),
         jobs_integral=acc.jobs_integral + dt * jobs,
         queue_integral=acc.queue_integral + dt * queued.astype(jnp.float32),
         backlog_first=acc.backlog_first + dt_first * backlog,
         backlog_last=acc.backlog_last + dt_last * backlog,
     )
+
+
+def _used_milli(cluster, free_milli):
+    """[...] int32 allocated milli-GPU of the node(s) with free rows ``free_milli`` [..., G]."""
+    return cluster.gpu_exists.sum(-1, dtype=jnp.int32) * GPU_MILLI - free_milli.sum(-1)
+
+
+def settle_node(acc: Accumulators, n, t, measure_from_s, measure_to_s, used_milli, frag_now,
+                freed_milli, active) -> Accumulators:
+    """Node n changes at time ``t`` (when ``active``): add [settled_s, t) at the allocation
+    ``used_milli`` (int) and the fragmentation it held until now to its integrals; from now on
+    it holds ``frag_now``. ``freed_milli`` (int; negative: taken; 0 when not ``active``) is
+    counted in the idle milli. Not ``active``: nothing changes, so that an integral is split
+    at the node's changes only, whatever path the episode took (float32 sums are exact then)."""
+    old = acc.node_integrals[n]
+    used_i, frag_i, since, frag_held = old
+    dt = _overlap(since, t, measure_from_s, measure_to_s)
+    row = jnp.stack([used_i + dt * used_milli.astype(jnp.float32), frag_i + dt * frag_held,
+                     jnp.asarray(t, jnp.float32), frag_now])
+    return acc.replace(node_integrals=acc.node_integrals.at[n].set(jnp.where(active, row, old)),
+                       idle_milli=acc.idle_milli + freed_milli)
+
+
+def settled(acc: Accumulators, t, measure_from_s, measure_to_s, used_node):
+    """(used_integral, frag_integral) [N] up to time ``t``: each node's unsettled part added,
+    at its current allocation ``used_node`` [N] and the fragmentation it holds."""
+    used_i, frag_i, since, frag_held = jnp.moveaxis(acc.node_integrals, -1, 0)
+    dt = _overlap(since, t, measure_from_s, measure_to_s)
+    return used_i + dt * used_node.astype(jnp.float32), frag_i + dt * frag_held
 
 
 def _safe_div(a, b):
@@ -182,10 +220,12 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
         jobs_in_system = queue_len_mean = backlog_growth = backlog_work_growth = span = zero
     else:
         span = jnp.maximum(core.measure_to_s - core.measure_from_s, 0.0)
-        used = ordered_sum(acc.used_integral)
-        frag = ordered_sum(acc.frag_integral)
+        used_integral, frag_integral = settled(acc, core.time_s, core.measure_from_s, core.measure_to_s,
+                                               _used_milli(cluster, core.free_milli))
+        used = ordered_sum(used_integral)
+        frag = ordered_sum(frag_integral)
         gpu_alloc = _safe_div(used, total_milli * span)
-        work_alloc = _safe_div(_weighted_sum(acc.used_integral, speed), _weighted_sum(cap_node, speed) * span)
+        work_alloc = _safe_div(_weighted_sum(used_integral, speed), _weighted_sum(cap_node, speed) * span)
         frag_amount = _safe_div(frag, total_milli * span)
         frag_rate = _safe_div(frag, acc.idle_integral)
         jobs_in_system = _safe_div(acc.jobs_integral, span)
