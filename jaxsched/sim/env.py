@@ -864,9 +864,11 @@ class ClusterEnv:
             whole_free=core.whole_free.at[n].set(whole_free),
             acc=acc,
         )
-        if self.config.fgd_table:
-            core = core.replace(fgd_drop=core.fgd_drop.at[n].set(self._node_drops(
-                core.fgd_shape, free_row, cluster.gpu_exists[n], free_cpu[n], cluster.gpu_model[n], params)))
+        if self.config.fgd_table:  # [2S, G, M] work: only for a node that changed (a cond)
+            row = jax.lax.cond(active, lambda: self._node_drops(
+                core.fgd_shape, free_row, cluster.gpu_exists[n], free_cpu[n], cluster.gpu_model[n], params),
+                lambda: core.fgd_drop[n])
+            core = core.replace(fgd_drop=core.fgd_drop.at[n].set(row))
         return core.replace(window_fit=core.window_fit.at[n].set(self._column(core, jobs, cluster, n)))
 
     def _fgd_table(self, jobs: Jobs, params: EnvParams, free_milli, free_cpu) -> dict:
