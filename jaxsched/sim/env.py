@@ -851,7 +851,7 @@ class ClusterEnv:
         # Recomputed even when not ``active`` (the same exact value then: ``frag.frag_milli``),
         # so that nothing reads the old ``frag_node``.
         node_frag = self._node_frag(free_row, free_cpu[n], cluster.gpu_model[n], params)
-        used_before = cluster.gpu_exists[n].sum(dtype=jnp.int32) * GPU_MILLI - free_row.sum() + milli_delta.sum()
+        used_before = metrics.used_milli(cluster.gpu_exists[n], free_row) + milli_delta.sum()
         acc = metrics.settle_node(core.acc, n, core.time_s, core.measure_from_s, core.measure_to_s,
                                   used_before, node_frag, milli_delta.sum(), active)
         max_free, whole_free = resources.node_summary(free_row)

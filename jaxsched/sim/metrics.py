@@ -100,22 +100,23 @@ def accumulate(acc: Accumulators, t_from, t_to, measure_from_s, measure_to_s, qu
     )
 
 
-def _used_milli(cluster, free_milli):
-    """[...] int32 allocated milli-GPU of the node(s) with free rows ``free_milli`` [..., G]."""
-    return cluster.gpu_exists.sum(-1, dtype=jnp.int32) * GPU_MILLI - free_milli.sum(-1)
+def used_milli(gpu_exists, free_milli):
+    """[...] int32 allocated milli-GPU of the node(s) with GPUs ``gpu_exists`` [..., G] and
+    free rows ``free_milli`` [..., G]."""
+    return gpu_exists.sum(-1, dtype=jnp.int32) * GPU_MILLI - free_milli.sum(-1)
 
 
-def settle_node(acc: Accumulators, n, t, measure_from_s, measure_to_s, used_milli, frag_now,
+def settle_node(acc: Accumulators, n, t, measure_from_s, measure_to_s, used_before, frag_now,
                 freed_milli, active) -> Accumulators:
     """Node n changes at time ``t`` (when ``active``): add [settled_s, t) at the allocation
-    ``used_milli`` (int) and the fragmentation it held until now to its integrals; from now on
+    ``used_before`` (int milli) and the fragmentation it held until now to its integrals; from now on
     it holds ``frag_now``. ``freed_milli`` (int; negative: taken; 0 when not ``active``) is
     counted in the idle milli. Not ``active``: nothing changes, so that an integral is split
     at the node's changes only, whatever path the episode took (float32 sums are exact then)."""
     old = acc.node_integrals[n]
     used_i, frag_i, since, frag_held = old
     dt = _overlap(since, t, measure_from_s, measure_to_s)
-    row = jnp.stack([used_i + dt * used_milli.astype(jnp.float32), frag_i + dt * frag_held,
+    row = jnp.stack([used_i + dt * used_before.astype(jnp.float32), frag_i + dt * frag_held,
                      jnp.asarray(t, jnp.float32), frag_now])
     return acc.replace(node_integrals=acc.node_integrals.at[n].set(jnp.where(active, row, old)),
                        idle_milli=acc.idle_milli + freed_milli)
@@ -221,7 +222,7 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
     else:
         span = jnp.maximum(core.measure_to_s - core.measure_from_s, 0.0)
         used_integral, frag_integral = settled(acc, core.time_s, core.measure_from_s, core.measure_to_s,
-                                               _used_milli(cluster, core.free_milli))
+                                               used_milli(cluster.gpu_exists, core.free_milli))
         used = ordered_sum(used_integral)
         frag = ordered_sum(frag_integral)
         gpu_alloc = _safe_div(used, total_milli * span)
