@@ -17,6 +17,7 @@ before a decision is asked for.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,8 @@ QUEUE_ORDERS = ("fifo", "sjf", "edf")
 TIE_BREAKS = ("permutation", "identity")
 REWARDS = ("in_system", "placed_jct")
 DEFAULT_RESERVE_AFTER_S = 3600.0
+FGD_TABLE_BLOCK = 8  # drop-table columns scored together (``ClusterEnv._node_drops``)
+UNUSED_SHAPE = np.iinfo(np.int32).max  # an fgd table row no job has (unique sorts them last)
 WINDOW_FIELDS = ("win_job", "win_pos", "win_len", "scan_pos", "window_fit")  # what the window loops change
 
 
@@ -91,7 +94,8 @@ class EnvConfig:
     fgd_table: S > 0 keeps FGD's drop table (``Observation.fgd_shape``, ``fgd_drop``): for
       the first S fractional and S other distinct job shapes (num_gpu, gpu_milli, cpu_milli)
       of the episode, each node's drop (``frag.node_drops``), computed at reset and redone
-      for the one node an event changes, [S, G, M] + [S, M] work instead of the fgd policy's
+      for the one node an event changes, [S', G, M] + [S'', M] work (S', S'': the episode's
+      shapes of each kind, in blocks of ``FGD_TABLE_BLOCK``) instead of the fgd policy's
       [M, N, G] pass at every decision; the policy looks the job up there and scores every
       node itself only for a shape not in the table. 0: off.
     resched_interval_s: seconds between rescheduling (migration) passes; 0 turns them off.
@@ -877,11 +881,10 @@ class ClusterEnv:
         s, cluster = self.config.fgd_table, params.cluster
         if not s:
             return {"fgd_shape": jnp.full((1, 3), -1, jnp.int32), "fgd_drop": jnp.zeros((1, 1), jnp.int32)}
-        big = jnp.iinfo(jnp.int32).max
         rows = jnp.stack([jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli], 1)  # [J, 3]
         fractional = (jobs.num_gpu == 1) & (jobs.gpu_milli < GPU_MILLI)
-        kinds = [jnp.unique(jnp.where((jobs.valid & is_kind)[:, None], rows, big), axis=0, size=s,
-                            fill_value=big) for is_kind in (fractional, ~fractional)]
+        kinds = [jnp.unique(jnp.where((jobs.valid & is_kind)[:, None], rows, UNUSED_SHAPE), axis=0,
+                            size=s, fill_value=UNUSED_SHAPE) for is_kind in (fractional, ~fractional)]
         shape = jnp.concatenate(kinds)  # [2S, 3]; a row of int32 max matches no job
         # Every GPU of a node is free at reset, so one GPU tells a fractional shape's drop.
         drop = jax.vmap(lambda row, exists, cpu, model: self._node_drops(
@@ -890,12 +893,27 @@ class ClusterEnv:
         return {"fgd_shape": shape, "fgd_drop": drop}
 
     def _node_drops(self, shape, free_row, exists, free_cpu, model, params: EnvParams, tried=None):
-        """[2S] int32: one node's row of the FGD drop table (``frag.node_drops``)."""
+        """[2S] int32: one node's row of the FGD drop table (``frag.node_drops``).
+
+        Only the shapes the episode has are scored (they come first in each kind), in blocks
+        of ``FGD_TABLE_BLOCK``: a loop as long as the episode's distinct shapes need, not the
+        table's S; the columns of unused rows stay 0.
+        """
         s = self.config.fgd_table
-        per_kind = [frag.node_drops(free_row, exists, free_cpu, model, params.frag_classes,
-                                    *part.T, fractional, tried if fractional else None)
-                    for part, fractional in ((shape[:s], True), (shape[s:], False))]
-        return jnp.concatenate(per_kind)
+        block = math.gcd(s, FGD_TABLE_BLOCK)
+
+        def kind_row(kind, fractional):  # kind [S, 3] -> [S]
+            def score_block(i, row):
+                part = jax.lax.dynamic_slice_in_dim(kind, i * block, block)  # [block, 3]
+                drops = frag.node_drops(free_row, exists, free_cpu, model, params.frag_classes,
+                                        *part.T, fractional, tried if fractional else None)
+                return jax.lax.dynamic_update_slice_in_dim(row, drops, i * block, 0)
+
+            used = kind[:, 0] != UNUSED_SHAPE
+            row = jax.lax.fori_loop(0, (used.sum() + block - 1) // block, score_block, jnp.zeros(s, jnp.int32))
+            return jnp.where(used, row, 0)
+
+        return jnp.concatenate([kind_row(shape[:s], True), kind_row(shape[s:], False)])
 
     def _class_count_shape(self, cluster) -> tuple:
         """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking

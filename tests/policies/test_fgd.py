@@ -240,3 +240,34 @@ def test_drop_table_follows_completions_in_dynamic_mode():
     assert finished.sum() > 100
     used = np.asarray(jax.device_get(state.core.fgd_shape))[:, 0] < np.iinfo(np.int32).max
     np.testing.assert_array_equal(np.asarray(table)[:, used], np.asarray(oracle)[:, used])
+
+
+@pytest.mark.parametrize("table_size", [16, 6])
+def test_drop_table_scores_only_the_episodes_shapes_and_falls_back_past_its_size(table_size):
+    # 11 fractional and 10 other shapes. S = 16: two blocks of 8 per kind, the second one
+    # partly used; S = 6 (blocks of 2): 5 and 4 shapes miss the table and are scored by the
+    # full pass. Either way the same decisions as the full pass at every step, the table's
+    # used columns equal to it, and its unused ones 0.
+    rng = np.random.default_rng(table_size)
+    fractional = [(1, m, c) for m, c in zip(range(100, 1000, 80), rng.integers(1, 16, 11) * 1000)]
+    other = [(g, 1000, c) for g, c in zip([1, 2, 4, 8, 1, 2, 0, 0, 4, 1], rng.integers(1, 32, 10) * 1000)]
+    kinds = np.asarray(fractional + other)
+    pick = rng.integers(0, len(kinds), 400)
+    table = cl.NodeTable(tuple(f"n{i}" for i in range(24)), np.asarray([i % 2 for i in range(24)], np.int32),
+                         np.asarray([8, 4, 2, 8] * 6, np.int32), np.full(24, 96000, np.int32),
+                         np.full(24, 1 << 19, np.int32))
+    jobs = jobs_from_numpy(np.arange(400), np.zeros(400), kinds[pick, 0], kinds[pick, 1], kinds[pick, 2],
+                           np.full(400, 1024))
+    classes = workload_classes.target_workload(kinds[pick, 2], kinds[pick, 1], kinds[pick, 0], [""] * 400)
+    config = policies.get("fgd").env_config(EnvConfig(mode="static", window=1, queue_capacity=1,
+                                                      running_capacity=1))
+    env = ClusterEnv(dataclasses.replace(config, fgd_table=table_size))
+    actions, oracles, first, last, state = jax.device_get(_episode_both_ways(
+        env, jax.random.key(7), to_device(EnvParams(cl.to_cluster(table), classes)), to_device(jobs)))
+    np.testing.assert_array_equal(actions, oracles)
+    assert int(state.core.acc.failed) > 0  # the cluster filled up
+    used = np.asarray(state.core.fgd_shape)[:, 0] < np.iinfo(np.int32).max
+    assert used.sum() == min(table_size, 11) + min(table_size, 10)
+    for drops, oracle in (first, last):
+        np.testing.assert_array_equal(np.asarray(drops)[:, used], np.asarray(oracle)[:, used])
+        assert (np.asarray(drops)[:, ~used] == 0).all()
