@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -220,6 +221,13 @@ class Trained(NamedTuple):
     valid_log: pd.DataFrame   # valid_log.csv: one row per (validation, run)
 
 
+class Programs(NamedTuple):
+    """A run's jitted programs (``_programs``)."""
+    init: object                  # seed keys [S] -> runners (every leaf [S, ...])
+    run_chunk: object             # runners -> (runners, summary); donates its argument
+    validate: object              # agent_episodes on the validation episodes, or None
+
+
 def _pick(runners, run: int, valid_jct_s: float) -> Selection:
     return Selection(params=jax.tree.map(lambda x: x[run], runners.params),
                      valid_jct_s=np.float32(valid_jct_s), run=np.int32(run),
@@ -236,12 +244,29 @@ def make_trainer(run: RunConfig):
     return run.learner.make_train(env, env_params, workload, run.agent, run.train), env
 
 
+def _programs(run: RunConfig) -> Programs:
+    """The run's jitted programs, built once per process: a resumed, extended or evaluated
+    run of the same settings reuses them instead of tracing them again. They do not depend on
+    how long the run is or how often it checkpoints (only the Python loop reads those)."""
+    tc = run.train
+    return _programs_of(dataclasses.replace(run, train=dataclasses.replace(
+        tc, total_updates=tc.chunk_updates, checkpoint_every=0)))
+
+
+@functools.lru_cache(maxsize=4)
+def _programs_of(run: RunConfig) -> Programs:
+    tr, _ = make_trainer(run)
+    tc = run.train
+    return Programs(init=jax.jit(training.over_seeds(tr.init, tc.num_seeds)),
+                    run_chunk=jax.jit(training.over_seeds(tr.run_chunk, tc.num_seeds), donate_argnums=0),
+                    validate=agent_episodes(validation_config(run), tr.scheduler) if tc.valid_episodes else None)
+
+
 def load_trained(run: RunConfig, run_dir: Path):
     """(trainer, selection) restored from the last checkpoint under ``run_dir``/checkpoints:
     the agent validation picked (with no validation, run 0's agent at that checkpoint)."""
     tr, _ = make_trainer(run)
-    runners = jax.jit(training.over_seeds(tr.init, run.train.num_seeds))(  # the structure to restore into
-        training.seed_keys(run.train.seed, run.train.num_seeds))
+    runners = _programs(run).init(training.seed_keys(run.train.seed, run.train.num_seeds))  # the structure to restore into
     like = _checkpoint_tree(runners, _pick(runners, 0, np.inf))
     mgr = checkpoint.manager(run_dir / "checkpoints")
     step, restored = checkpoint.restore(mgr, like)
@@ -286,11 +311,9 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
     """
     tc, learner, fields = run.train, run.learner, run.log_fields
     tr, env = make_trainer(run)
-    init = jax.jit(training.over_seeds(tr.init, tc.num_seeds))
-    run_chunk = jax.jit(training.over_seeds(tr.run_chunk, tc.num_seeds), donate_argnums=0)
+    init, run_chunk, validate = _programs(run)
     runners = init(training.seed_keys(tc.seed, tc.num_seeds))
     selection = _pick(runners, 0, np.inf)
-    validate = agent_episodes(validation_config(run), tr.scheduler) if tc.valid_episodes else None
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path, valid_path = out_dir / "train_log.csv", out_dir / "valid_log.csv"
     mgr = checkpoint.manager(out_dir / "checkpoints") if tc.checkpoint_every else None

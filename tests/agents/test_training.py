@@ -96,7 +96,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path):
 
 def test_checkpoint_of_another_config_is_refused_by_name(tmp_path):
     train_lib.train(tiny_run("train.total_updates=10"), tmp_path / "one", show_progress=False)
-    two_runs = tiny_run("train.total_updates=10", "train.num_seeds=2", "train.valid_episodes=2")
+    two_runs = tiny_run("train.total_updates=10", "train.num_seeds=2", "train.valid_episodes=4")
     with pytest.raises(DataError, match=r"checkpoints/10.*shape \(1, 16\).*\(2, 16\)"):
         train_lib.load_trained(two_runs, tmp_path / "one")
     with pytest.raises(DataError, match="num_seeds"):
