@@ -222,11 +222,17 @@ def read_toml(path: str | Path) -> dict:
         raise DataError(path, getattr(err, "lineno", None), None, f"not valid TOML: {err}") from None
 
 
+LEARNER_SECTIONS = ("agent", "train")  # a training config's own sections (jaxsched.train reads them)
+
+
 def load(path: str | Path | None = None, overrides=()) -> Config:
-    """Load a run config from TOML (or defaults when ``path`` is None) plus overrides."""
+    """Load a run config from TOML (or defaults when ``path`` is None) plus overrides. A
+    training config's [agent] and [train] are left to ``jaxsched.train``: evaluating it runs
+    the heuristics on the same cluster, workload and env."""
     config = Config()
     if path is not None:
-        config = _merge(config, read_toml(path), Path(path), "")
+        data = {k: v for k, v in read_toml(path).items() if k not in LEARNER_SECTIONS}
+        config = _merge(config, data, Path(path), "")
     for text in overrides:
         config = _merge(config, parse_override(text), "--set", "")
     return config

@@ -21,6 +21,7 @@ def test_shipped_config_loads(path):
             train_lo, train_hi = run.train.trace_span
             eval_lo, eval_hi = run.base.workload.trace_span
             assert train_hi <= eval_lo or eval_hi <= train_lo
+        assert cfg_lib.load(path) == config  # evaluate reads a training config's heuristics setting
     else:
         config = cfg_lib.load(path)
     evaluate.check_measurement(config)  # the measured jobs lie inside its episodes
