@@ -55,6 +55,7 @@ class RefConfig:
     resched_interval_s: float = 0.0
     resched_max_moves: int = 5
     resched_util_threshold: float = 0.5
+    resched_target: str = "alloc"  # "alloc" | "fgd": where a moved job goes (see _migrate_one)
     migration_pause_s: float = 60.0
     track_frag: bool = True  # off: frag_node stays 0 (like EnvConfig.track_frag)
 
@@ -69,6 +70,7 @@ class RefConfig:
             (self.mode in ("dynamic", "static"), f"mode {self.mode!r}"),
             (self.queue_order in ("fifo", "sjf", "edf"), f"queue_order {self.queue_order!r}"),
             (self.gpu_rule in ("best-fit", "first-fit", "fgd", "buddy"), f"gpu_rule {self.gpu_rule!r}"),
+            (self.resched_target in ("alloc", "fgd"), f"resched_target {self.resched_target!r}"),
             (self.window >= 1, f"window {self.window}"),
             (self.queue_capacity >= 1, f"queue_capacity {self.queue_capacity}"),
             (self.running_capacity >= 1, f"running_capacity {self.running_capacity}"),
@@ -664,11 +666,12 @@ class ReferenceSim:
         if not moves:
             return False
         _, _, j, s, dests = min(moves, key=lambda m: m[:3])
-        d = max(dests, key=lambda d: (self._alloc840(d), -self.node_rank[d]))
+        fgd = cfg.resched_target == "fgd"  # first the top FGD score for j, then allocation
+        d = max(dests, key=lambda d: (_fgd_score(self, j, d) if fgd else 0, self._alloc840(d), -self.node_rank[d]))
         job, end = self.jobs[j], self.end_s[j]
 
         self._release(j)
-        gpus = self._choose_gpus(j, d, "best-fit")  # whatever the config's GPU rule
+        gpus = self._choose_gpus(j, d, "fgd" if fgd else "best-fit")  # whatever the config's GPU rule
         self.node[j], self.gpu_bits[j] = d, sum(1 << g for g in gpus)
         self._take(j, d, gpus)
 

@@ -36,6 +36,7 @@ MODES = ("dynamic", "static")
 QUEUE_ORDERS = ("fifo", "sjf", "edf")
 TIE_BREAKS = ("permutation", "identity")
 REWARDS = ("in_system", "placed_jct")
+RESCHED_TARGETS = ("alloc", "fgd")  # where a migrated job goes (EnvConfig.resched_target)
 DEFAULT_RESERVE_AFTER_S = 3600.0
 FGD_TABLE_BLOCK = 8  # drop-table columns scored together (``ClusterEnv._node_drops``)
 UNUSED_SHAPE = np.iinfo(np.int32).max  # an fgd table row no job has (unique sorts them last)
@@ -102,6 +103,9 @@ class EnvConfig:
       Dynamic mode only. Definition: docs/schedulers.md, "Rescheduling".
     resched_max_moves: jobs moved per pass at most (DRR's ``re_num``).
     resched_util_threshold: nodes whose GPU allocation is below this give jobs away.
+    resched_target: where a moved job goes: "alloc" the most allocated node it fits, GPUs by
+      best fit; "fgd" the node with the top FGD score for it (the fgd policy's score, ties:
+      the most allocated), GPUs by the GPU rule "fgd".
     migration_pause_s: seconds a moved job is paused (its cost).
     """
 
@@ -125,6 +129,7 @@ class EnvConfig:
     resched_interval_s: float = 0.0
     resched_max_moves: int = 5
     resched_util_threshold: float = 0.5
+    resched_target: str = "alloc"
     migration_pause_s: float = 60.0
 
     def __post_init__(self):
@@ -165,6 +170,8 @@ class EnvConfig:
             bad("resched_max_moves", "must be a positive integer")
         if not 0 <= self.resched_util_threshold <= 1:
             bad("resched_util_threshold", "must be in [0, 1]")
+        if self.resched_target not in RESCHED_TARGETS:
+            bad("resched_target", f"must be one of {RESCHED_TARGETS}")
         if not (self.migration_pause_s >= 0 and np.isfinite(self.migration_pause_s)):
             bad("migration_pause_s", "must be a finite number >= 0")
         if self.rescheduling and self.static:
@@ -1164,9 +1171,14 @@ class ClusterEnv:
         pos = jnp.argmin(jnp.where(tier, rj, big))
         move = movable.any() & active
         j, s = rj[pos], src[pos]
-        # Its destination: the most allocated node it fits; ties by rank.
-        dest_alloc = jnp.where(dest_ok[pos], alloc840, -1)
-        tied = dest_ok[pos] & (dest_alloc == dest_alloc.max())
+        # Its destination: the most allocated node it fits ("fgd": first the top FGD score);
+        # ties by rank.
+        tied = dest_ok[pos]
+        if cfg.resched_target == "fgd":
+            score = jnp.where(tied, self._fgd_node_scores(core, jobs, params, rj[pos]), -1)
+            tied = tied & (score == score.max())
+        dest_alloc = jnp.where(tied, alloc840, -1)
+        tied = tied & (dest_alloc == dest_alloc.max())
         d = jnp.argmin(jnp.where(tied, state.node_rank, big))
 
         # Release on the source.
@@ -1176,9 +1188,15 @@ class ClusterEnv:
         free_cpu, free_mem = core.free_cpu.at[s].add(cpu), core.free_mem.at[s].add(mem)
         core = self._set_node(core, jobs, params, s, jnp.where(old_gpus & move, gpu_milli, 0), free_cpu,
                               free_mem, move)
-        # Take GPUs on the destination by best fit.
-        new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "best-fit")
+        # Take GPUs on the destination by best fit ("fgd": by the GPU rule "fgd").
         free_cpu, free_mem = core.free_cpu.at[d].add(-cpu), core.free_mem.at[d].add(-mem)
+        if cfg.resched_target == "fgd":
+            gpu_scores = frag.fgd_gpu_scores(core.free_milli[d], core.free_cpu[d], free_cpu[d],
+                                             cluster.gpu_model[d], gpu_milli, params.frag_classes)
+            new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "fgd", None, gpu_scores,
+                                             cluster.num_gpus[d])
+        else:
+            new_gpus = resources.choose_gpus(core.free_milli[d], num_gpu, gpu_milli, "best-fit")
         core = self._set_node(core, jobs, params, d, -jnp.where(new_gpus & move, gpu_milli, 0), free_cpu,
                               free_mem, move)
         core = self._count_class(core, s, num_gpu, gpu_milli, -move.astype(jnp.int32))
@@ -1201,6 +1219,30 @@ class ClusterEnv:
                 jnp.where(move, resources.mask_to_bits(new_gpus), state.gpu_bits[j])),
             end_s=state.end_s.at[j].set(jnp.where(move, new_end, state.end_s[j])),
         )
+
+    def _fgd_node_scores(self, core: Core, jobs: Jobs, params: EnvParams, j):
+        """[N] int32: FGD's score of placing GPU job ``j`` on each node as it is now, as the fgd
+        policy scores a node (a fractional job on its best GPU with room, a whole-GPU job on
+        the first wholly free GPUs). Meaningless where the job does not fit."""
+        cluster, classes, free = params.cluster, params.frag_classes, core.free_milli  # free [N, G]
+        num_gpu, milli, g = jobs.num_gpu[j], jobs.gpu_milli[j], free.shape[-1]
+        cpu_after = core.free_cpu - jobs.cpu_milli[j]
+        before = frag.class_frag(free, core.free_cpu, cluster.gpu_model, classes)  # [N, M]
+
+        def score(after):
+            return frag.fgd_score(frag.frag_drop(before, after, classes), 0.0)
+
+        # Fractional: GPU g of each node used, [N, G, G] rows, the best GPU with room.
+        rows = free[:, None, :] - jnp.eye(g, dtype=free.dtype) * milli
+        per_gpu = frag.fgd_score(frag.frag_drop(before[:, None], frag.class_frag(
+            rows, jnp.broadcast_to(cpu_after[:, None], rows.shape[:2]),
+            jnp.broadcast_to(cluster.gpu_model[:, None], rows.shape[:2]), classes), classes), 0.0)  # [N, G]
+        fractional = jnp.where(cluster.gpu_exists & (free >= milli), per_gpu, -1).max(-1)
+        # Whole GPUs: the first num_gpu wholly free GPUs become 0.
+        whole = cluster.gpu_exists & (free == GPU_MILLI)
+        taken = whole & (jnp.cumsum(whole, -1) <= num_gpu)
+        whole_gpus = score(frag.class_frag(jnp.where(taken, 0, free), cpu_after, cluster.gpu_model, classes))
+        return jnp.where((num_gpu == 1) & (milli < GPU_MILLI), fractional, whole_gpus).astype(jnp.int32)
 
     def _static_stop(self, state: SimState, core: Core):
         """Static mode: a decision point (a job waits) or the end (every job has arrived)?

@@ -6,6 +6,7 @@ round number make passes frequent and their float32 end times non-trivial.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -130,16 +131,14 @@ def test_static_mode_refuses_rescheduling():
         EnvConfig(mode="static", resched_interval_s=60.0)
 
 
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("queue", [{"backfill": False}, {"reserve_after_s": 10.0}], ids=["strict", "reserve"])
-def test_busy_episodes_migrate_and_match_reference(seed, queue):
-    """Longer random episodes (60 jobs on 5 nodes) that do migrate, with the strict window or
-    with frequent reservations (a reserved node takes no migrated job)."""
+def busy_episode(seed, nodes=5):
+    """(cluster, jobs): 60 random jobs on ``nodes`` random nodes, busy enough to migrate."""
     rng = np.random.default_rng(seed)
-    table = cl.NodeTable(names=tuple("abcde"), model=rng.choice([cl.model_id(m) for m in ("T4", "A10", "G2")], 5).astype(np.int32),
-                         num_gpus=rng.choice([1, 2, 4, 8], 5).astype(np.int32),
-                         cpu_milli=np.full(5, 64000, np.int32), mem_mib=np.full(5, 262144, np.int32))
-    cluster = cl.to_cluster(table, pad_nodes=6)
+    table = cl.NodeTable(names=tuple(f"n{i}" for i in range(nodes)),
+                         model=rng.choice([cl.model_id(m) for m in ("T4", "A10", "G2")], nodes).astype(np.int32),
+                         num_gpus=rng.choice([1, 2, 4, 8], nodes).astype(np.int32),
+                         cpu_milli=np.full(nodes, 64000, np.int32), mem_mib=np.full(nodes, 262144, np.int32))
+    cluster = cl.to_cluster(table, pad_nodes=nodes + 1)
     n = 60
     num_gpu = rng.choice([1, 1, 1, 2, 4], n)
     jobs = jobs_from_numpy(
@@ -147,12 +146,40 @@ def test_busy_episodes_migrate_and_match_reference(seed, queue):
         work_s=(rng.integers(10, 400, n) * np.float32(1.7)).astype(np.float32),
         num_gpu=num_gpu, gpu_milli=np.where(num_gpu == 1, rng.choice([250, 500, 1000], n), 1000),
         cpu_milli=rng.integers(0, 8, n) * 1000, mem_mib=rng.integers(0, 8, n) * 1024, pad_to=64)
+    return cluster, jobs
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("queue", [{"backfill": False}, {"reserve_after_s": 10.0}], ids=["strict", "reserve"])
+def test_busy_episodes_migrate_and_match_reference(seed, queue):
+    """Longer random episodes (60 jobs on 5 nodes) that do migrate, with the strict window or
+    with frequent reservations (a reserved node takes no migrated job)."""
+    cluster, jobs = busy_episode(seed)
     env = make_env("best-fit", running_capacity=64, queue_capacity=64, **queue)
     state, got, ref = run_both(env, "best-fit", cluster, jobs, seed)
     assert ref["metrics"]["migrations"] >= 1
     assert ref["metrics"]["reservations"] >= (1 if "reserve_after_s" in queue else 0)
     assert_same_schedule(state, ref)
     assert_same_metrics(got, ref["metrics"])
+
+
+def test_fgd_targeted_moves_match_reference_and_differ_from_the_most_allocated_target():
+    """``resched_target = "fgd"``: a moved job goes to the node with FGD's top score for it
+    (GPUs by the GPU rule "fgd"). Same moves as the reference, and other moves than "alloc"."""
+    env = make_env("fgd", running_capacity=64, queue_capacity=64, resched_target="fgd")
+    differs = []
+    for seed in (0, 2):
+        cluster, jobs = busy_episode(seed, nodes=10)
+        state, got, ref = run_both(env, "fgd", cluster, jobs, seed)
+        assert ref["metrics"]["migrations"] >= 1
+        assert_same_schedule(state, ref)
+        assert_same_metrics(got, ref["metrics"])
+        alloc = reference.run(cluster, jobs, FRAG_CLASSES, dataclasses.replace(ref_config(env), resched_target="alloc"),
+                              policy="fgd", max_steps=300, node_rank=np.asarray(state.node_rank)[0])
+        differs.append(any(not np.array_equal(alloc[f], ref[f]) for f in ("node", "gpu_bits", "end_s")))
+    assert any(differs)
+    with pytest.raises(ValueError, match="resched_target"):
+        EnvConfig(resched_target="nearest")
 
 
 def test_pack_resched_turns_rescheduling_on_with_drr_values_unless_the_run_sets_its_own():
