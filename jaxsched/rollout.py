@@ -50,9 +50,8 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     same (same states, same keys):
       None  step: each iteration, every episode takes a decision and runs to its next one
             (``env.step``). Under ``vmap`` the event loop runs as long as the slowest
-            episode of the chunk, so chunks stay small: on 2 CPU cores at 1,024 episodes,
-            chunks of 16 gave ~85k decisions/s, 64 ~60k, 128 ~40k, the whole batch ~28k
-            (64 nodes, first-fit, before later speed-ups).
+            episode of the chunk, so chunks stay small (throughput falls as chunks grow:
+            README, "Speed and scale").
       int   turn by turn: each iteration, an episode at a decision point decides, then every
             episode runs ``turns`` event turns, masked off once it reaches its next stop. No
             episode waits for another, so a whole batch runs well in one ``vmap``, but the

@@ -22,8 +22,8 @@ each case covers a run of consecutive classes, so F_n after placing on GPU g is 
 differences of per-node prefix sums over the classes (the middle one linear in f), looked up
 at the number of classes below f - d and below f. The [M, N, G] work left is four cheap
 compare-and-sum passes (the node's per-class sums, and those two counts); scoring every
-(class, node, GPU) in full took a dozen. ~77k -> ~120k decisions/s (scripts/bench.py --quick,
-1,024 episodes, one-kernel loops). Whole-GPU and CPU-only jobs leave no GPU partly used,
+(class, node, GPU) in full took a dozen (the speed-up measured: README, "Speed and scale").
+Whole-GPU and CPU-only jobs leave no GPU partly used,
 so their [M, N] pass stays direct.
 
 That pass over every node is what the policy falls back on. With the env's drop table

@@ -37,9 +37,9 @@ def sum_last(x):
     """Sum over a short last axis (a node's GPUs, at most 8) as elementwise adds of its slices.
 
     In a loop compiled into one kernel (``devices.py``), XLA:CPU vectorises these adds over
-    the leading axes, and a reduction over a minor axis of 8 less well. Measured where it is
-    used, the per-class sums of ``frag.class_frag`` ([M, G] per event): first-fit ~1.01M ->
-    ~1.15M decisions/s (64 nodes, A/B runs). Tried in the FGD policy's [M, N, G] sums and the
+    the leading axes, and a reduction over a minor axis of 8 less well: faster where it is
+    used, the per-class sums of ``frag.class_frag`` ([M, G] per event; the A/B in the README,
+    "Speed and scale"). Tried in the FGD policy's [M, N, G] sums and the
     env's [N, G] idle total, it was slower, so those keep ``sum``. Exact for integers.
     """
     total = x[..., 0]
