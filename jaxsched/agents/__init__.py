@@ -41,7 +41,7 @@ class Learner:
 LEARNERS = {
     learner.name: learner for learner in (
         Learner(gnn_ddqn.NAME, ddqn.AgentConfig, gnn_ddqn.make_train, gnn_ddqn.LOG_FIELDS,
-                gnn_ddqn.PROGRESS_FIELDS, gnn_ddqn.PANELS,
+                gnn_ddqn.PROGRESS_FIELDS, gnn_ddqn.PANELS, env_config=gnn_ddqn.env_config,
                 description="GNN encoder + Double DQN over the window's (job, node) pairs"),
         Learner(drr.NAME, drr.DRRConfig, drr.make_train, drr.LOG_FIELDS, drr.PROGRESS_FIELDS, drr.PANELS,
                 env_config=drr.env_config, paired_metrics=drr.PAIRED_METRICS,

@@ -24,6 +24,7 @@ from flax import nnx
 from jaxsched import actions
 from jaxsched.agents import gnn
 from jaxsched.config import check_positive_ints
+from jaxsched.sim.env import QUEUE_ORDERS
 from jaxsched.types import Observation
 
 NEG_INF = -1e9  # "minus infinity" that stays finite under arithmetic (masked Q values)
@@ -38,6 +39,9 @@ class AgentConfig:
     allow_reject: let the agent reject jobs. Off by default: a rejected job leaves the system,
       so with a JCT reward rejecting everything would look good.
     allow_wait: let the agent wait while a job fits somewhere (it always may when nothing fits).
+    queue_order: the order of the queue the agent's window shows ("fifo", "sjf", "edf"; ""
+      keeps ``[env] queue_order``, the order of the heuristics that have none of their own).
+      The agent trains and is evaluated with it, as the ``sjf`` heuristic is with "sjf".
     Double DQN. buffer_size: replay transitions. batch_size: sampled per gradient step.
     grad_steps: per update. learning_starts: transitions in replay before learning. gamma:
     discount. n_step: steps of reward summed before bootstrapping (1 = one-step Double DQN).
@@ -51,6 +55,7 @@ class AgentConfig:
     num_layers: int = 2
     allow_reject: bool = False
     allow_wait: bool = True
+    queue_order: str = ""
     buffer_size: int = 20000
     batch_size: int = 32
     grad_steps: int = 1
@@ -69,6 +74,9 @@ class AgentConfig:
     def __post_init__(self):
         if self.kind != "gnn-ddqn":
             raise ValueError(f"AgentConfig.kind = {self.kind!r}: this is GNN-DDQN's config")
+        if self.queue_order not in ("",) + QUEUE_ORDERS:
+            raise ValueError(f"AgentConfig.queue_order = {self.queue_order!r}: must be one of "
+                             f"{QUEUE_ORDERS} or '' (the env's)")
         if self.target not in ("periodic", "polyak"):
             raise ValueError(f"AgentConfig.target = {self.target!r}: must be 'periodic' or 'polyak'")
         check_positive_ints(self, ("hidden", "num_layers", "buffer_size", "batch_size", "grad_steps", "n_step",

@@ -19,6 +19,7 @@ sampled.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import flashbax as fbx
@@ -61,6 +62,11 @@ def _restore(obs: Observation, env_params: EnvParams) -> Observation:
     widen = lambda x: jnp.broadcast_to(x, (batch,) + x.shape)  # noqa: E731
     return obs.replace(cluster=jax.tree.map(widen, env_params.cluster),
                        frag_classes=jax.tree.map(widen, env_params.frag_classes))
+
+
+def env_config(agent: ddqn.AgentConfig, config):
+    """The env GNN-DDQN trains and is evaluated on: ``config`` with the agent's queue order."""
+    return dataclasses.replace(config, queue_order=agent.queue_order) if agent.queue_order else config
 
 
 def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.SyntheticConfig | Jobs,
@@ -155,5 +161,6 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
                             length=config.total_updates // config.chunk_updates)
 
     scheduler = policies.Scheduler(NAME, ddqn.greedy_policy(graphdef, agent), env.config.gpu_rule,
-                                   "GNN Double-DQN (trained)", turns=None)  # stepping: a network is a costly policy
+                                   "GNN Double-DQN (trained)", turns=None,  # stepping: a network is a costly policy
+                                   queue_order=env.config.queue_order)
     return training.Trainer(init=init, run_chunk=run_chunk, train=train, scheduler=scheduler)

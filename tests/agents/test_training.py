@@ -205,3 +205,17 @@ def test_training_on_trace_windows_uses_only_the_training_span(openb_dir):
     assert all(tuple(row) in bank_rows for row in np.asarray(runner.env_state.jobs.work_s))
     runner, summary = jax.jit(tr.run_chunk)(runner)
     assert int(runner.update) == run.train.chunk_updates and np.isfinite(float(summary["reward_per_step"]))
+
+
+def test_agent_queue_order_is_the_window_it_trains_and_is_evaluated_on():
+    sjf_run = tiny_run('agent.queue_order="sjf"')
+    trainer, env = train_lib.make_trainer(sjf_run)
+    assert sjf_run.base.env.queue_order == "fifo"  # the heuristics' order stays the env's
+    assert env.config.queue_order == "sjf"
+    assert trainer.scheduler.env_config(sjf_run.base.env).queue_order == "sjf"  # what evaluate runs
+    fifo_run = tiny_run()  # '' keeps [env] queue_order
+    trainer, env = train_lib.make_trainer(fifo_run)
+    assert env.config.queue_order == "fifo"
+    assert trainer.scheduler.env_config(fifo_run.base.env).queue_order == "fifo"
+    with pytest.raises(ValueError, match="queue_order"):
+        tiny_run('agent.queue_order="lifo"')
