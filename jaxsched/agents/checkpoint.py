@@ -40,8 +40,13 @@ def _from_dict(data: dict, like, where: str):
         if value.shape != want:
             raise DataError(where, None, "checkpoint", f"array {i} has shape {value.shape}, this config "
                             f"needs {want}: trained with another config (train.num_seeds, network or env sizes?)")
-        out.append(jax.random.wrap_key_data(value, impl=jax.random.key_impl(ref))
-                   if _is_key(ref) else value.astype(ref.dtype))
+        if _is_key(ref):
+            value = jax.random.wrap_key_data(value, impl=jax.random.key_impl(ref))
+        elif getattr(ref, "weak_type", False):  # e.g. flashbax's write index: keep its type, or
+            value = ref.at[...].set(value)     # jitted code compiles again for the restored runner
+        else:
+            value = value.astype(ref.dtype)
+        out.append(value)
     return jax.tree.unflatten(treedef, out)
 
 

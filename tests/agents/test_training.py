@@ -38,6 +38,8 @@ def test_checkpoint_round_trip_restores_every_leaf(tmp_path):
     mgr.close()
     assert step == 7
     _leaves_equal(restored, runner)
+    # Same types too (weak ones included): else jitted training compiles again after --resume.
+    assert [jax.typeof(x) for x in jax.tree.leaves(restored)] == [jax.typeof(x) for x in jax.tree.leaves(runner)]
 
 
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
