@@ -17,11 +17,17 @@ def _observation(num_nodes, window, seed=0):
     params = to_device(EnvParams(cl.to_cluster(nodes), classes.target_workload([4000], [500], [1], [""])))
     env = ClusterEnv(EnvConfig(window=window, queue_capacity=32, running_capacity=64))
     syn = synthetic.SyntheticConfig(num_jobs=30, target_load=1.5, cluster_capacity=cl.work_capacity(nodes))
-    key = jax.random.key(seed)
-    state, obs = env.reset(key, params, synthetic.generate(key, syn))
-    for i in range(12):  # build a queue so several window slots are filled
-        state, obs, *_ = env.step(jax.random.fold_in(key, i), state, env.wait_action(params), params)
-    return obs
+
+    @jax.jit  # one program: run op by op, the env's ops took 16-23 s of compiling per test
+    def build(key, params):
+        state, obs = env.reset(key, params, synthetic.generate(key, syn))
+
+        def wait(i, carry):  # build a queue so several window slots are filled
+            state, obs, *_ = env.step(jax.random.fold_in(key, i), carry[0], env.wait_action(params), params)
+            return state, obs
+        return jax.lax.fori_loop(0, 12, wait, (state, obs))[1]
+
+    return build(jax.random.key(seed), params)
 
 
 @pytest.mark.parametrize("num_nodes,window", [(5, 3), (7, 1), (3, 5)])
@@ -49,9 +55,10 @@ def test_q_network_scores_every_flat_action_batched_or_not():
     obs = _observation(5, 3)
     config = ddqn.AgentConfig(hidden=8, num_layers=2)
     graphdef, params = ddqn.create(config, obs, jax.random.key(0))
-    q = ddqn.q_values(graphdef, params, obs)
+    q_values = jax.jit(lambda p, o: ddqn.q_values(graphdef, p, o))
+    q = q_values(params, obs)
     assert q.shape == (3 * 5 + 3 + 1,)
     assert np.isfinite(np.asarray(q)).all()
     # Any leading batch axes give the same per-observation Q values (the policy is vmapped).
     batched = jax.tree.map(lambda x: jnp.stack([x, x]), obs)
-    np.testing.assert_allclose(ddqn.q_values(graphdef, params, batched)[1], q, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(q_values(params, batched)[1], q, rtol=1e-5, atol=1e-5)
