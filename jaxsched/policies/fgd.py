@@ -23,8 +23,7 @@ differences of per-node prefix sums over the classes (the middle one linear in f
 at the number of classes below f - d and below f. The [M, N, G] work left is four cheap
 compare-and-sum passes (the node's per-class sums, and those two counts); scoring every
 (class, node, GPU) in full took a dozen (the speed-up measured: README, "Speed and scale").
-Whole-GPU and CPU-only jobs leave no GPU partly used,
-so their [M, N] pass stays direct.
+Whole-GPU and CPU-only jobs leave no GPU partly used, so their [M, N] pass stays direct.
 
 That pass over every node is what the policy falls back on. With the env's drop table
 (``EnvConfig.fgd_table``, set by the registry entry) the same integers are kept per node and
