@@ -334,15 +334,18 @@ def check_loads(loads) -> tuple:
     return tuple(out)
 
 
-def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
-    """Every scheduler at every load of ``eval.sweep_loads``, on the same episode keys.
+def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
+    """Every scheduler at every load of ``eval.sweep_loads``, on the same episode keys:
+    ``eval.schedulers`` and ``agents``, (``Scheduler``, policy params) pairs such as a
+    trained agent's (``python -m jaxsched.train --checkpoint DIR --eval-set eval.sweep_loads=…``).
 
     Returns (per-episode frame with a ``load`` column, summary per (scheduler, load), the
     maximum sustainable load per scheduler (``report.max_sustainable_load``), info).
     """
     loads = check_loads(config.eval.sweep_loads)
     nodes = build_nodes(config)
-    total = config.eval.episodes * len(config.eval.schedulers) * len(loads)
+    runs = [(name, None) for name in config.eval.schedulers] + list(agents)
+    total = config.eval.episodes * len(runs) * len(loads)
     frames, infos = [], {}
     clock = compile_cache.CompileClock()
     points_done = []  # "scheduler at load" of every sweep point run
@@ -353,12 +356,13 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
                 jobs, params, max_steps, env_keys, info = _setup(c, nodes)
                 rho = report.offered_load(jax.device_get(jobs), cl.work_capacity(nodes))
                 infos[str(load)] = info
-                for name in config.eval.schedulers:
-                    frame, _ = run_scheduler(name, c, params, jobs, env_keys, max_steps, bar)
+                for sched, policy_params in runs:
+                    frame, _ = run_scheduler(sched, c, params, jobs, env_keys, max_steps, bar,
+                                             policy_params=policy_params)
                     frame.insert(1, "load", load)
                     frame["offered_load"] = rho
                     frames.append(frame)
-                    points_done.append(f"{name} at {load}")
+                    points_done.append(f"{_scheduler(sched).name} at {load}")
         except KeyboardInterrupt:  # keep what finished
             if not frames:
                 raise
@@ -367,7 +371,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True):
             "gpus": nodes.total_gpus, "work_capacity": cl.work_capacity(nodes),
             "episodes": config.eval.episodes, "saturation_growth": report.SATURATION_GROWTH,
             "per_load": infos, "compile": clock.since().as_dict(),
-            "interrupted": len(points_done) < len(loads) * len(config.eval.schedulers),
+            "interrupted": len(points_done) < len(loads) * len(runs),
             "schedulers_done": points_done}
     return (per_episode, report.summarize(per_episode, by=["scheduler", "load"]),
             report.max_sustainable_load(per_episode), info)

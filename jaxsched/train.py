@@ -34,6 +34,9 @@ before a latest one that cannot be read, and says on stderr what a missing, cut 
 log lost. A fresh run refuses a folder that holds checkpoints. Logs are written
 atomically (a kill leaves the old or the new file).
 ``--checkpoint DIR`` skips training and evaluates the agent kept in DIR's last checkpoint.
+With ``eval.sweep_loads`` set (``--eval-set eval.sweep_loads=[0.8,0.9,1.0]``) the agent and
+``eval.schedulers`` run at each load instead, and the sweep's files (``jaxsched.evaluate
+--sweep load``: sweep.csv, max_load.md with each one's maximum sustainable load, …) are written.
 ``--eval-set section.key=value`` changes the evaluation only, e.g. the agent trained on the
 synthetic workload evaluated on windows of the openb trace at rho 0.9 (a transfer test)::
 
@@ -655,7 +658,13 @@ def main(argv=None) -> int:
           + (f", validation mean JCT {selected['valid_jct_s']:.1f} s" if run.train.valid_episodes else ""))
     info = {"throughput": throughput, "selected": selected,
             "checkpoint": args.checkpoint or str(out_dir / "checkpoints"), "eval_overrides": list(args.eval_set)}
-    if not args.no_eval:
+    if eval_run.base.eval.sweep_loads and not args.no_eval:  # the agent beside eval.schedulers at each load
+        per_episode, summary, max_load, sweep_info = ev.sweep_load(
+            eval_run.base, show_progress=not args.quiet, agents=[(tr.scheduler, selection.params)])
+        ev.write_sweep(out_dir, eval_run.base, per_episode, summary, max_load, sweep_info)
+        info.update(sweep=sweep_info)
+        print(report.max_load_table(max_load))
+    elif not args.no_eval:
         name = tr.scheduler.name
         per_episode, summary, eval_info = evaluate_agent(eval_run, tr, selection.params,
                                                          show_progress=not args.quiet)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxsched import evaluate as ev
 from jaxsched import train as train_lib
 from jaxsched.agents import drr
 from jaxsched.policies import get
@@ -231,3 +232,21 @@ def test_short_drr_training_run_beats_random_placement(tmp_path):
     random_jct = _mean_jct(run, random_sched.policy, None, random_sched.gpu_rule)
     assert agent_jct < 0.8 * random_jct, (agent_jct, random_jct)
     assert agent_jct < 0.8 * untrained_jct, (agent_jct, untrained_jct)
+
+
+def test_load_sweep_runs_a_trained_agent_beside_the_heuristics_at_each_load():
+    """``train --checkpoint DIR --eval-set eval.sweep_loads=…``: the agent's rows of the sweep
+    are its episodes at each load, as evaluated alone, and it gets a maximum sustainable load."""
+    run = tiny_drr()
+    tr, _ = train_lib.make_trainer(run)
+    params = jax.jit(tr.init)(jax.random.key(0)).params
+    config = train_lib.with_eval_overrides(run, ["eval.sweep_loads=[0.5, 1.2]", 'eval.schedulers=["fgd"]',
+                                                 "eval.episodes=4", "eval.batch_size=4"]).base
+    per_episode, _, max_load, _ = ev.sweep_load(config, show_progress=False, agents=[(tr.scheduler, params)])
+    assert list(max_load.scheduler) == ["fgd", tr.scheduler.name]
+    rows = per_episode[per_episode.scheduler == tr.scheduler.name]
+    nodes = ev.build_nodes(config)
+    for load in (0.5, 1.2):
+        alone = train_lib.agent_episodes(ev.with_load(config, load, nodes), tr.scheduler)(params)
+        np.testing.assert_array_equal(rows[rows.load == load].jct_mean.to_numpy(), alone["jct_mean"])
+    assert not np.array_equal(rows[rows.load == 0.5].jct_mean.to_numpy(), rows[rows.load == 1.2].jct_mean.to_numpy())
