@@ -410,7 +410,8 @@ def write_outputs(out_dir: Path, config, result: Evaluation) -> list:
 
 
 def write_sweep(out_dir: Path, config, per_episode, summary, max_load, info) -> list:
-    """Write sweep.csv, sweep_per_episode.csv, max_load.csv / max_load.md, config.json and
+    """Write sweep.csv, sweep_per_episode.csv, max_load.csv / max_load.md,
+    max_load_per_episode.csv (each episode's, to pair schedulers by episode), config.json and
     (plots on) sweep.png (every headline metric) and saturation.png (JCT, queueing delay,
     allocation and backlog growth against the load, with each scheduler's maximum
     sustainable load)."""
@@ -418,9 +419,11 @@ def write_sweep(out_dir: Path, config, per_episode, summary, max_load, info) -> 
     summary.to_csv(out_dir / "sweep.csv", index=False)
     per_episode.to_csv(out_dir / "sweep_per_episode.csv", index=False)
     max_load.to_csv(out_dir / "max_load.csv", index=False)
+    report.max_load_per_episode(per_episode).to_csv(out_dir / "max_load_per_episode.csv", index=False)
     (out_dir / "max_load.md").write_text(report.max_load_table(max_load))
     _write_config(out_dir, config, info)
-    written = ["sweep.csv", "sweep_per_episode.csv", "max_load.csv", "max_load.md", "config.json"]
+    written = ["sweep.csv", "sweep_per_episode.csv", "max_load.csv", "max_load_per_episode.csv", "max_load.md",
+               "config.json"]
     if config.eval.plots:
         from jaxsched import plots
 

@@ -164,44 +164,53 @@ def offered_load(jobs, cluster_capacity: float) -> np.ndarray:
     return np.where(span > 0, demand / (cluster_capacity * np.where(span > 0, span, 1.0)), 0.0)
 
 
-def max_sustainable_load(per_episode: pd.DataFrame, growth: float = SATURATION_GROWTH) -> pd.DataFrame:
-    """Each scheduler's maximum sustainable load, from a load sweep's per-episode frame.
+def max_load_per_episode(per_episode: pd.DataFrame, growth: float = SATURATION_GROWTH) -> pd.DataFrame:
+    """Each episode's maximum sustainable load per scheduler, from a load sweep's per-episode
+    frame: columns scheduler, episode, max_load, below_grid, above_grid.
 
     A load is *sustainable* in an episode when its queue stays bounded over the measurement
     window: ``backlog_work_growth < growth`` and the episode ended before the step cap. The
     episode's maximum sustainable load is the load where ``backlog_work_growth`` first crosses
     ``growth``, interpolated linearly between the last sustainable load of the grid (every
     lower one sustainable too) and the next; the lowest load when even that one is not
-    sustainable, the highest when every one is (both counted). Episodes are the same jobs at
-    every load (the sweep scales their arrival rate), so each has its own curve.
-    Returns one row per scheduler: episodes, max_load (mean), max_load_ci95, below_grid
-    (episodes saturated at the lowest load), above_grid (episodes never saturated).
+    sustainable (``below_grid``), the highest when every one is (``above_grid``). Episodes are
+    the same jobs at every load (the sweep scales their arrival rate), so each has its own
+    curve, and two schedulers' values pair by episode.
     """
     rows = []
     for name, group in per_episode.groupby("scheduler", sort=False):
         g = group.pivot_table(index="episode", columns="load", values="backlog_work_growth")
         done = group.pivot_table(index="episode", columns="load", values="done")
         loads = np.asarray(g.columns, np.float64)
-        values, below, above = [], 0, 0
         for ep in g.index:
             grow = g.loc[ep].to_numpy(np.float64)
             bad = (grow >= growth) | (done.loc[ep].to_numpy() < 1)
-            if not bad.any():
-                values.append(loads[-1])
-                above += 1
-                continue
-            i = int(np.argmax(bad))
-            if i == 0:
-                values.append(loads[0])
-                below += 1
-                continue
-            lo, hi = grow[i - 1], grow[i]
-            frac = (growth - lo) / (hi - lo) if hi > lo else 0.0
-            values.append(loads[i - 1] + float(np.clip(frac, 0.0, 1.0)) * (loads[i] - loads[i - 1]))
-        values = np.asarray(values)
+            value, below, above = loads[-1], False, not bad.any()
+            if bad.any():
+                i = int(np.argmax(bad))
+                below = i == 0
+                if below:
+                    value = loads[0]
+                else:
+                    lo, hi = grow[i - 1], grow[i]
+                    frac = (growth - lo) / (hi - lo) if hi > lo else 0.0
+                    value = loads[i - 1] + float(np.clip(frac, 0.0, 1.0)) * (loads[i] - loads[i - 1])
+            rows.append({"scheduler": name, "episode": ep, "max_load": float(value),
+                         "below_grid": below, "above_grid": above})
+    return pd.DataFrame(rows, columns=["scheduler", "episode", "max_load", "below_grid", "above_grid"])
+
+
+def max_sustainable_load(per_episode: pd.DataFrame, growth: float = SATURATION_GROWTH) -> pd.DataFrame:
+    """Each scheduler's maximum sustainable load (``max_load_per_episode``, averaged).
+    Returns one row per scheduler: episodes, max_load (mean), max_load_ci95, below_grid
+    (episodes saturated at the lowest load), above_grid (episodes never saturated)."""
+    rows = []
+    for name, group in max_load_per_episode(per_episode, growth).groupby("scheduler", sort=False):
+        values = group["max_load"].to_numpy(np.float64)
         half = 1.96 * values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0.0
         rows.append({"scheduler": name, "episodes": len(values), "max_load": values.mean(),
-                     "max_load_ci95": half, "below_grid": below, "above_grid": above})
+                     "max_load_ci95": half, "below_grid": int(group["below_grid"].sum()),
+                     "above_grid": int(group["above_grid"].sum())})
     return pd.DataFrame(rows)
 
 

@@ -196,6 +196,10 @@ def test_max_sustainable_load_interpolates_each_episodes_work_backlog_growth():
             for ep, g in growth.items() for i, load in enumerate((0.7, 0.8, 0.9))]
     row = report.max_sustainable_load(pd.DataFrame(rows)).iloc[0]
     values = np.array([0.85, 0.7, 0.9, 0.8])
+    each = report.max_load_per_episode(pd.DataFrame(rows))  # pairs by episode across schedulers
+    np.testing.assert_allclose(each["max_load"], values)
+    assert each["below_grid"].tolist() == [False, True, False, False]
+    assert each["above_grid"].tolist() == [False, False, True, False]
     assert row["max_load"] == pytest.approx(values.mean())
     assert row["max_load_ci95"] == pytest.approx(1.96 * values.std(ddof=1) / 2)
     assert (row["episodes"], row["below_grid"], row["above_grid"]) == (4, 1, 1)
