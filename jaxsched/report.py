@@ -185,19 +185,22 @@ def max_load_per_episode(per_episode: pd.DataFrame, growth: float = SATURATION_G
         for ep in g.index:
             grow = g.loc[ep].to_numpy(np.float64)
             bad = (grow >= growth) | (done.loc[ep].to_numpy() < 1)
-            value, below, above = loads[-1], False, not bad.any()
-            if bad.any():
-                i = int(np.argmax(bad))
-                below = i == 0
-                if below:
-                    value = loads[0]
-                else:
-                    lo, hi = grow[i - 1], grow[i]
-                    frac = (growth - lo) / (hi - lo) if hi > lo else 0.0
-                    value = loads[i - 1] + float(np.clip(frac, 0.0, 1.0)) * (loads[i] - loads[i - 1])
-            rows.append({"scheduler": name, "episode": ep, "max_load": float(value),
-                         "below_grid": below, "above_grid": above})
+            rows.append({"scheduler": name, "episode": ep, "max_load": _crossing(loads, grow, bad, growth),
+                         "below_grid": bool(bad[0]), "above_grid": not bad.any()})
     return pd.DataFrame(rows, columns=["scheduler", "episode", "max_load", "below_grid", "above_grid"])
+
+
+def _crossing(loads, grow, bad, growth: float) -> float:
+    """The load where one episode's backlog growth ``grow`` first crosses ``growth`` (``bad``:
+    the loads not sustainable), interpolated; the grid's end where it never or always does."""
+    if not bad.any():
+        return float(loads[-1])
+    i = int(np.argmax(bad))
+    if i == 0:
+        return float(loads[0])
+    lo, hi = grow[i - 1], grow[i]
+    frac = (growth - lo) / (hi - lo) if hi > lo else 0.0
+    return float(loads[i - 1] + np.clip(frac, 0.0, 1.0) * (loads[i] - loads[i - 1]))
 
 
 def max_sustainable_load(per_episode: pd.DataFrame, growth: float = SATURATION_GROWTH) -> pd.DataFrame:
