@@ -26,6 +26,7 @@ import numpy as np
 from jaxsched import actions
 from jaxsched.sim import frag, metrics, resources
 from jaxsched.sim.resources import GPU_RULES
+from jaxsched.sim.when_due import when_due
 from jaxsched.types import (
     GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
     Core, Cursor, EnvParams, Jobs, Observation, SimState,
@@ -1026,14 +1027,14 @@ class ClusterEnv:
         The inner loop carries only ``core``. It stops early when a rescheduling pass or a
         reservation is due; that runs here, on the whole state (a pass rewrites moved jobs'
         records), and the loop resumes. Both are rare (a pass per ``resched_interval_s``).
-        One loop, the due work first (a no-op when none is due, as after an action), so the
-        event loop is traced and compiled once.
+        One loop, the due work first (skipped when none is due, as after an action, also
+        under ``vmap``: ``when_due``), so the event loop is traced and compiled once.
         """
         if not self.config.interrupts:
             return state.replace(core=self._event_loop(state, params))
 
         def resume(carry):
-            state = self._run_interrupt(carry[0], params)
+            state = when_due(lambda s: self.interrupted(s.core), self._run_interrupt, carry[0], params)
             state = state.replace(core=self._event_loop(state, params))
             return state, self.interrupted(state.core)
 
