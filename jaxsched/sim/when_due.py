@@ -6,8 +6,9 @@ reservation are due once in hundreds of decisions, yet they cost more than the e
 (at 128 nodes the pass took 44% of DRR's training time, run at every step and discarded).
 ``when_due`` carries its own batching rule (``jax.custom_batching.custom_vmap``): batched,
 it runs the work for the whole batch, each episode masked by its own ``due``, and only when
-some episode of the batch is due; unbatched it is a plain ``lax.cond``. The results are the
-same either way, provided ``run`` leaves an episode that is not due unchanged.
+some episode of the batch is due (of the whole batch under nested ``vmap``s); unbatched it is
+a plain ``lax.cond``. The results are the same either way, provided ``run`` leaves an
+episode that is not due unchanged.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def when_due(due: Callable, run: Callable, state, params):
         state = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))),
                              state, state_batched)
         params_axes = jax.tree.map(lambda b: 0 if b else None, params_batched)
-        out = jax.lax.cond(jax.vmap(due)(state).any(),
-                           lambda: jax.vmap(run, in_axes=(0, params_axes))(state, params),
-                           lambda: state)
+        # when_due again, of the batch: under a further vmap (runs over seeds, say) the work
+        # stays skipped unless some episode of the whole batch is due.
+        out = when_due(lambda s: jax.vmap(due)(s).any(),
+                       lambda s, p: jax.vmap(run, in_axes=(0, params_axes))(s, p), state, params)
         return out, jax.tree.map(lambda _: True, out)
 
     return maybe_run(state, params)

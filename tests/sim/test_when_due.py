@@ -41,6 +41,14 @@ def test_batched_call_runs_the_work_on_the_whole_batch_only_when_some_episode_is
     np.testing.assert_array_equal(step(batch([True, False]))["x"], [1.0, 1.0])
 
 
+def test_nested_vmaps_skip_the_work_unless_some_episode_of_the_whole_batch_is_due():
+    step = jax.jit(jax.vmap(jax.vmap(lambda s: when_due(due, unmasked_add, s, 1.0))))
+    runs = lambda dues: {"due": jnp.asarray(dues), "x": jnp.zeros((2, 2))}  # noqa: E731
+    np.testing.assert_array_equal(step(runs([[False, False], [False, False]]))["x"], np.zeros((2, 2)))
+    # One episode of one run due: the work runs once for every run's every episode.
+    np.testing.assert_array_equal(step(runs([[False, False], [True, False]]))["x"], np.ones((2, 2)))
+
+
 def test_masked_work_gives_the_per_episode_results_batched_or_not():
     dues = [True, False, True]
     params = jnp.asarray([1.0, 2.0, 3.0])
