@@ -3,7 +3,8 @@
 Under ``vmap`` a ``lax.cond`` whose predicate differs across the batch becomes a select:
 both branches run for every episode at every call. The env's rescheduling pass and
 reservation are due once in hundreds of decisions, yet they cost more than the event loop
-(at 128 nodes the pass took 44% of DRR's training time, run at every step and discarded).
+(at 128 nodes the env took 25-37% of DRR's training time with the pass run at every step and
+discarded, 3% without: results/bench/drr_train_speed.md).
 ``when_due`` carries its own batching rule (``jax.custom_batching.custom_vmap``): batched,
 it runs the work for the whole batch, each episode masked by its own ``due``, and only when
 some episode of the batch is due (of the whole batch under nested ``vmap``s); unbatched it is
