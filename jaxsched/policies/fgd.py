@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from jaxsched.policies.common import best_node, first_fitting_slot, place_or_wait, window_job
 from jaxsched.sim import frag
+from jaxsched.sim.when_due import when_due
 from jaxsched.types import GPU_MILLI
 
 
@@ -118,13 +119,20 @@ def fgd_drops(obs, job):
 def table_drops(obs, job):
     """``fgd_drops`` from the env's drop table (``EnvConfig.fgd_table``) when the job's shape
     is in it: a column lookup; else (or without a table) the pass over every node. Exact
-    either way: the table holds the same integers (tests/policies/test_fgd.py)."""
+    either way: the table holds the same integers (tests/policies/test_fgd.py). Under
+    ``vmap`` the pass runs only when some episode's shape is missing (``when_due``; a
+    ``lax.cond`` would run it for every episode at every call)."""
     if obs.fgd_drop.shape != (obs.free_milli.shape[0], obs.fgd_shape.shape[0]):  # no table
         return fgd_drops(obs, job)
     shape = jnp.stack([job["num_gpu"], job["gpu_milli"], job["cpu_milli"]])
     match = (obs.fgd_shape == shape).all(-1)  # [2S]
-    return jax.lax.cond(match.any(), lambda: obs.fgd_drop[:, jnp.argmax(match)],
-                        lambda: fgd_drops(obs, job))
+    looked_up = (obs.fgd_drop[:, jnp.argmax(match)], ~match.any())
+
+    def full_pass(state, operands):  # leaves a state whose shape was found unchanged
+        drops, missing = state
+        return jnp.where(missing, fgd_drops(*operands), drops), missing
+
+    return when_due(lambda state: state[1], full_pass, looked_up, (obs, job))[0]
 
 
 def fgd_scores(obs, job, drops=table_drops):

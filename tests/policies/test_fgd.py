@@ -271,3 +271,21 @@ def test_drop_table_scores_only_the_episodes_shapes_and_falls_back_past_its_size
     for drops, oracle in (first, last):
         np.testing.assert_array_equal(np.asarray(drops)[:, used], np.asarray(oracle)[:, used])
         assert (np.asarray(drops)[:, ~used] == 0).all()
+
+
+def test_table_lookup_and_full_pass_side_by_side_under_vmap():
+    # Two episodes in one vmapped call: the first job's shape is in the table, the second's
+    # is not. The table holds a marker (not the true drops), so the first result proves the
+    # lookup was used and the second that the full pass ran for the missing shape alone.
+    from jaxsched.policies.fgd import table_drops
+    free = [FULL, FULL, [1000, 600], [1000]]
+    found, missing = observe((1, 400, 1000), free, classes=HALF_AND_WHOLE), observe((1, 300, 1000), free,
+                                                                                    classes=HALF_AND_WHOLE)
+    shapes = jnp.array([[1, 400, 1000], [2, 1000, 2000]], jnp.int32)
+    marker = jnp.full((N_NODES, 2), 12345, jnp.int32)
+    batch = jax.tree.map(lambda a, b: jnp.stack([a, b]), found, missing)
+    batch = batch.replace(fgd_shape=jnp.stack([shapes, shapes]), fgd_drop=jnp.stack([marker, marker]))
+    got = jax.jit(jax.vmap(lambda o: table_drops(o, job(o.job_num_gpu[0], o.job_gpu_milli[0]))))(batch)
+    assert np.asarray(got[0]).tolist() == [12345] * N_NODES
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(fgd_drops(missing, job(1, 300))))
+    assert int(np.asarray(got[1])[2]) != 12345
