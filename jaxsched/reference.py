@@ -217,6 +217,7 @@ class ReferenceSim:
                 np.asarray(frag_classes.prob, np.float32),
             )
         ]
+        self.class_weights = [int(w) for w in np.asarray(frag_classes.weight)]  # exact sum_m w_m F_n(m)
 
         # --- mutable state ---
         self.free_milli = [[GPU_MILLI if g in self.gpus_of[n] else 0 for g in range(self.G)]
@@ -1029,6 +1030,25 @@ def _fgd_score(sim: ReferenceSim, j: int, n: int) -> int:
     return score([0 if i in taken else f for i, f in enumerate(free)])
 
 
+def _fgd_weighted_drop(sim: ReferenceSim, j: int, n: int) -> int:
+    """How much placing j on n lowers sum_m weight_m F_n(m), exact: on the GPU with the
+    largest drop for a fractional job (there the node's FGD score is its best GPU's), the first
+    wholly free GPUs for a whole-GPU job, CPU only for a CPU-only one."""
+    job = sim.jobs[j]
+    free, model = sim._free_gpus(n), sim.gpu_model[n]
+    cpu_after = sim.free_cpu[n] - job.cpu_milli
+
+    def weighted(free_gpus, cpu):
+        return sum(w * f for w, f in zip(sim.class_weights, _class_frags(free_gpus, cpu, model, sim.classes)))
+
+    before = weighted(free, sim.free_cpu[n])
+    if _is_fractional(job.num_gpu, job.gpu_milli):
+        return max(before - weighted(_use_gpu(free, i, job.gpu_milli), cpu_after)
+                   for i, f in enumerate(free) if f >= job.gpu_milli)
+    taken = [i for i, f in enumerate(free) if f == GPU_MILLI][: job.num_gpu]
+    return before - weighted([0 if i in taken else f for i, f in enumerate(free)], cpu_after)
+
+
 def _fgd_gpu(sim: ReferenceSim, j: int, n: int, room: list[int]) -> int:
     """GPU rule "fgd": the GPU of ``room`` (indices with room for fractional job j on node n)
     with the top FGD score, computed exactly as ``_fgd_score`` scores a node; ties: the
@@ -1155,6 +1175,27 @@ def _hops_action(sim: ReferenceSim) -> int:
         sim, feasible, lambda n: (sim.K - q) * _speed_score(sim, j, n) + q * _best_fit_score(sim, j, n))
 
 
+def _fgd_window_action(sim: ReferenceSim) -> int:
+    """fgd-window (docs/schedulers.md): every window job that fits goes, in thought, to its
+    FGD node (``_fgd_score``, ties: rank); the job whose placement there removes the most
+    fragmentation per milli of GPU it takes is placed, ties to the earlier slot. The value,
+    float32 as the policy computes it: (float32(weighted drop) * (1 / total weight)) /
+    max(num_gpu * gpu_milli, 1)."""
+    mask, window = sim.place_mask(), sim.window()
+    inv_total = np.float32(1) / np.float32(max(sum(sim.class_weights), 1))
+    best = None  # (value, slot, node)
+    for k, j in enumerate(window):
+        feasible = [n for n in range(sim.N) if mask[k, n]]
+        if not feasible:
+            continue
+        n = _top_node(sim, feasible, lambda n: _fgd_score(sim, j, n))
+        job = sim.jobs[j]
+        value = (np.float32(_fgd_weighted_drop(sim, j, n)) * inv_total) / np.float32(max(job.num_gpu * job.gpu_milli, 1))
+        if best is None or value > best[0]:
+            best = (value, k, n)
+    return sim.wait_action() if best is None else best[1] * sim.N + best[2]
+
+
 NODE_RULES = {
     "first-fit": _first_fit_score,
     "best-fit": _best_fit_score,
@@ -1170,6 +1211,7 @@ NODE_RULES = {
 WINDOW_RULES = {
     "elasticflow": _elasticflow_action,
     "hops": _hops_action,
+    "fgd-window": _fgd_window_action,
 }
 
 

@@ -19,6 +19,7 @@ from jaxsched.policies.best_fit import best_fit
 from jaxsched.policies.dot_product import dot_product
 from jaxsched.policies.elasticflow import elasticflow
 from jaxsched.policies.fgd import fgd
+from jaxsched.policies.fgd_window import fgd_window
 from jaxsched.policies.first_fit import first_fit
 from jaxsched.policies.gpu_clustering import gpu_clustering
 from jaxsched.policies.gpu_packing import gpu_packing
@@ -86,6 +87,10 @@ REGISTRY = {
                   track_job_classes=True),
         Scheduler("fgd", fgd, "fgd", "Fragmentation Gradient Descent (Weng et al., ATC '23)",
                   turns=None, env_changes=(("fgd_table", FGD_TABLE),)),
+        Scheduler("fgd-window", fgd_window, "fgd",
+                  "FGD over the window: of the window's jobs on their FGD nodes, the one that "
+                  "removes the most fragmentation per GPU milli", turns=None,
+                  env_changes=(("fgd_table", FGD_TABLE),)),
         Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
         Scheduler("r&p", reserving_packing, "best-fit",
                   "Alibaba's Reserving-and-Packing (NSDI '22): high-end GPUs for multi-GPU jobs, "

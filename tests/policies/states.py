@@ -76,3 +76,20 @@ def chosen_node(action, obs):
     n = obs.place_mask.shape[1]
     assert 0 <= action < n, f"not a place action for slot 0: {action}"
     return action
+
+
+def observe_window(window_jobs, free_milli=None, free_cpu=None, **kwargs):
+    """``observe`` with a window of several jobs, each (num_gpu, gpu_milli, cpu_milli), in
+    queue order (every other window field as the first job's; the flat action mask is not
+    rebuilt: policies read ``place_mask``)."""
+    obs = observe(window_jobs[0], free_milli, free_cpu, **kwargs)
+    k = len(window_jobs)
+    num_gpu, gpu_milli, cpu_milli = (jnp.asarray(c, jnp.int32) for c in zip(*window_jobs))
+    widen = lambda x: jnp.broadcast_to(x[:1], (k,) + x.shape[1:])  # noqa: E731
+    obs = obs.replace(**{f: widen(getattr(obs, f)) for f in (
+        "window_job", "job_mem_mib", "job_model_mask", "job_work_s", "job_wait_s", "job_deadline_s")})
+    max_free, whole_free = resources.node_summary(obs.free_milli)
+    mask = resources.fits(obs.cluster, obs.free_cpu, obs.free_mem, max_free, whole_free, num_gpu,
+                          gpu_milli, cpu_milli, obs.job_mem_mib, obs.job_model_mask)
+    return obs.replace(window_job=jnp.arange(k, dtype=jnp.int32), job_num_gpu=num_gpu,
+                       job_gpu_milli=gpu_milli, job_cpu_milli=cpu_milli, place_mask=mask)

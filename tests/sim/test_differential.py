@@ -43,6 +43,7 @@ REGISTRY_CASES = [  # (mode, scheduler, tie break); the rest of the config is th
     ("dynamic", "gpu-packing", "permutation"),
     ("dynamic", "gpu-clustering", "permutation"),
     ("dynamic", "fgd", "permutation"),
+    ("dynamic", "fgd-window", "permutation"),
     ("dynamic", "sjf", "permutation"),
     ("dynamic", "elasticflow", "permutation"),
     ("dynamic", "hops", "identity"),
@@ -52,6 +53,7 @@ REGISTRY_CASES = [  # (mode, scheduler, tie break); the rest of the config is th
     ("static", "gpu-clustering", "permutation"),
     ("static", "best-fit", "identity"),
     ("static", "fgd", "identity"),
+    ("static", "fgd-window", "identity"),
     ("static", "r&p", "identity"),
 ]
 EXACT_METRICS = ("decisions", "invalid_actions", "jobs_total", "placed", "finished", "rejected",
