@@ -5,10 +5,13 @@ training.Trainer``.
 DRR's command line is public (../shared/SPEC.md, "DRR"), its internals are not: every part
 below is this project's reading, defined in docs/drr.md, each published idea a switch.
 
-Decision. At each decision point the job at hand is the first window job that fits some
-node (with the default backfilling window: the first queued job that fits, the heuristics'
-choice too), and the actor picks its node among the nodes where it fits (``action_space`` =
-nodes). The env's GPU rule "fgd" then picks the GPUs inside the node (as FGD's).
+Decision. At each decision point the actor picks the node of the job at hand among the
+nodes where it fits (``action_space`` = nodes); the env's GPU rule "fgd" then picks the GPUs
+inside the node (as FGD's). Which window job is at hand is ``job_at_hand``: "first", the
+first window job that fits some node (with the default backfilling window: the first queued
+job that fits, the heuristics' choice too); "fgd-window", the job the fgd-window heuristic
+would place (``policies.fgd_window``: of the window's jobs on their FGD nodes, the one whose
+placement removes the most fragmentation per GPU milli).
 
 State. ``NODE_FEATURES`` = 56 features per node (``init_dim`` = 56 x nodes), listed in
 ``node_features``; ``JOB_FEATURES`` of the job at hand, appended to every node's row.
@@ -57,7 +60,8 @@ from jaxsched.agents import gnn, training
 from jaxsched.cluster import MODEL_NAMES
 from jaxsched.config import check_positive_ints
 from jaxsched.policies.common import best_node, first_fitting_slot, place_or_wait, window_job
-from jaxsched.policies.fgd import NO_ROOM, fgd_drops
+from jaxsched.policies.fgd import NO_ROOM, table_drops
+from jaxsched.policies.fgd_window import window_choice
 from jaxsched.sim import frag
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import ALL_MODELS, GPU_MILLI, EnvParams, Jobs, Observation
@@ -75,6 +79,7 @@ PANELS = (("critic_loss", "value loss", "critic", "log"), ("entropy", "policy en
           ("teacher_agreement", "share of teacher's nodes", "agreement with the teacher", "linear"))
 PAIRED_METRICS = ("frag_rate", "gpu_alloc", "jct_mean", "queue_delay_mean")
 NUM_MODELS = len(MODEL_NAMES)
+JOB_AT_HAND = ("first", "fgd-window")  # DRRConfig.job_at_hand
 assert GPU_SLOTS + GPU_SLOTS + NUM_MODELS + 1 + 12 + 5 + 8 + 4 == NODE_FEATURES
 
 
@@ -83,6 +88,8 @@ class DRRConfig:
     """DRR's settings (hashable; the ``[agent]`` TOML table with ``kind = "drr"``). The
     published flag names (SPEC.md) are field names: ``--lr_actor 0.04`` sets ``lr_actor``.
 
+    Decision. job_at_hand: which window job the actor places, "first" (the first that fits)
+    or "fgd-window" (the fgd-window heuristic's job; module docstring).
     Networks. hidden: embedding width. heads: attention heads. use_attn: self-attention over
     nodes (False: an MLP per node only).
     A2C. lr_actor, lr_critic: the two optimisers' learning rates. optimizer: "sgd" (the
@@ -100,6 +107,7 @@ class DRRConfig:
     """
 
     kind: str = "drr"
+    job_at_hand: str = "first"
     hidden: int = 32
     heads: int = 4
     use_attn: bool = True
@@ -133,6 +141,8 @@ class DRRConfig:
         check_positive_ints(self, ("hidden", "heads", "rollout_steps", "re_num"))
         if self.hidden % self.heads:
             bad("hidden", f"must be a multiple of heads ({self.heads})")
+        if self.job_at_hand not in JOB_AT_HAND:
+            bad("job_at_hand", f"must be one of {JOB_AT_HAND}")
         if self.optimizer not in ("sgd", "adam"):
             bad("optimizer", "must be 'sgd' or 'adam'")
         for field in ("lr_actor", "lr_critic", "max_grad_norm", "re_time"):
@@ -158,6 +168,8 @@ def env_config(agent: DRRConfig, config):
 
 def _env_changes(agent: DRRConfig) -> tuple:
     changes = (("gpu_rule", "fgd"), ("track_frag", True))
+    if agent.job_at_hand == "fgd-window":  # every window job's drops: FGD's table, kept per event
+        changes += (("fgd_table", policies.FGD_TABLE),)
     if agent.use_rescheduling:
         changes += (("resched_interval_s", float(agent.re_time)), ("resched_max_moves", agent.re_num),
                     ("resched_util_threshold", float(agent.util_threshold)))
@@ -180,8 +192,16 @@ class Features(NamedTuple):
     frag_removed: jax.Array  # [N] float32: F_n before - after placing the job there (GPUs; 0 where infeasible)
 
 
-def features(obs: Observation) -> Features:
-    """The features of one (unbatched) observation. Node features, in order:
+def job_slot(obs: Observation, job_at_hand: str = "first"):
+    """[] int32: the window slot of the job at hand (``DRRConfig.job_at_hand``)."""
+    if job_at_hand == "fgd-window":
+        return window_choice(obs, table_drops)[0]
+    return first_fitting_slot(obs).astype(jnp.int32)
+
+
+def features(obs: Observation, job_at_hand: str = "first") -> Features:
+    """The features of one (unbatched) observation, for the job at hand (``job_slot``).
+    Node features, in order:
 
     0-7    free milli of the node's GPUs / 1000, most free first (8 slots, 0 past its GPUs)
     8-15   1 where that GPU (same order) has room for the job's per-GPU milli (GPU jobs only)
@@ -207,7 +227,7 @@ def features(obs: Observation) -> Features:
     """
     c = obs.cluster
     n_nodes = obs.free_milli.shape[0]
-    slot = first_fitting_slot(obs)
+    slot = job_slot(obs, job_at_hand)
     job = window_job(obs, slot)
     feasible = obs.place_mask[slot]
     f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
@@ -236,7 +256,7 @@ def features(obs: Observation) -> Features:
     def after(now, taken):
         return jnp.where(feasible, now - taken, now)
 
-    drop = fgd_drops(obs, job)
+    drop = table_drops(obs, job)
     ok = feasible & (drop != NO_ROOM)
     removed = jnp.where(ok, frag.frag_milli(jnp.where(ok, drop, 0), obs.frag_classes), 0.0)  # milli
     frag_now = obs.frag_node
@@ -359,12 +379,12 @@ def _apply(graphdef, params, feat: Features):
     return fn(feat)
 
 
-def greedy_policy(graphdefs):
+def greedy_policy(graphdefs, job_at_hand: str = "first"):
     """``policy(params, obs, key) -> flat action``: the job at hand on its most likely node."""
 
     def policy(params, obs, key):
         del key
-        feat = features(obs)
+        feat = features(obs, job_at_hand)
         node = jnp.argmax(_apply(graphdefs["actor"], params["actor"], feat))
         return place_or_wait(obs, feat.slot, node)
 
@@ -374,7 +394,7 @@ def greedy_policy(graphdefs):
 def scheduler(config: DRRConfig, graphdefs) -> policies.Scheduler:
     """The trained agent as a ``Scheduler`` (its env settings travel with it)."""
     changes = _env_changes(config)
-    return policies.Scheduler(NAME, greedy_policy(graphdefs), "fgd", "DRR actor-critic (trained)",
+    return policies.Scheduler(NAME, greedy_policy(graphdefs, config.job_at_hand), "fgd", "DRR actor-critic (trained)",
                               turns=None, env_changes=tuple(c for c in changes if c[0] != "gpu_rule"))
 
 
@@ -493,7 +513,7 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
     graphdefs, _ = create(agent, jax.random.key(0))
     opt = {"actor": _optimiser(agent.lr_actor, agent), "critic": _optimiser(agent.lr_critic, agent)}
     teacher = policies.get(agent.teacher).policy
-    batch_features = jax.vmap(features)
+    batch_features = jax.vmap(lambda obs: features(obs, agent.job_at_hand))
 
     def teacher_nodes(obs, feat, key):
         if agent.teacher == "fgd":

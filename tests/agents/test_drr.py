@@ -78,6 +78,25 @@ def test_features_size_and_contents_on_a_hand_made_state():
     np.testing.assert_allclose(job[[0, 1, 6, 7]], [1 / 8, 0.5, 1, 0])  # GPUs, milli, fractional, CPU-only
 
 
+
+def test_the_job_at_hand_is_the_first_that_fits_or_fgd_windows_choice():
+    # Window: a whole-GPU job, then a 0.5-GPU one that fills node 2's 600-milli hole (the
+    # case worked out in tests/policies/test_fgd_window.py).
+    classes = states.frag_classes([(1000, 500, 1, 1), (1000, 1000, 1, 1)])
+    obs = states.observe_window([(1, 1000, 1000), (1, 500, 1000)], [[0] * 8, [0] * 8, [1000, 600], [1000]],
+                                classes=classes)
+    first = jax.jit(drr.features)(obs)
+    window = jax.jit(lambda o: drr.features(o, "fgd-window"))(obs)
+    assert int(first.slot) == 0 and int(window.slot) == 1
+    np.testing.assert_allclose(np.asarray(window.job[:2]), [1 / 8, 0.5])  # the 0.5-GPU job's row
+    np.testing.assert_array_equal(np.asarray(window.feasible), np.asarray(obs.place_mask[1]))
+    assert int(window.fgd_choice) == 2  # FGD's node for that job: the teacher's, fgd-window's
+    graphdefs, params = _net(drr.DRRConfig(hidden=16, heads=2))
+    action = int(jax.jit(drr.greedy_policy(graphdefs, "fgd-window"))(params, obs, None))
+    assert action // states.N_NODES == 1  # the greedy agent places the window's job, slot 1
+    with pytest.raises(ValueError, match="job_at_hand"):
+        drr.DRRConfig(job_at_hand="last")
+
 def _net(config, key=0):
     graphdefs, params = drr.create(config, jax.random.key(key))
     return graphdefs, params
