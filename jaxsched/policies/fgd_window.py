@@ -11,9 +11,8 @@ slot, so with no fragmentation to gain it is FGD in queue order. A job that woul
 wait behind a hole it cannot fill can fill it now; a job starved by the reordering is
 protected by the env's reservation (``EnvConfig.reserve_after_s``), as under backfilling.
 
-Measured beside FGD on DRR's 64-node preset at ρ 0.9 (results/fgd_window_64/): a lower
-time-averaged fragmentation rate, paired by episode, with the same allocation, JCT and
-queueing delay.
+Measured beside FGD on DRR's 64-node preset at ρ 0.9 (results/fgd_window_64/), paired by
+episode: a lower time-averaged fragmentation rate and queueing delay, the same allocation.
 """
 
 import jax
