@@ -53,12 +53,14 @@ def main(argv=None) -> int:
         def body(carry, _):
             state, obs, key = carry
             key, k_act, k_step, k_reset = jax.random.split(key, 4)
-            if with_features:
-                feasible = jax.vmap(drr.features)(obs).feasible
+            if with_features:  # DRR's job at hand (agent.job_at_hand) and its features
+                feat = jax.vmap(lambda o: drr.features(o, agent.job_at_hand))(obs)
+                slot, feasible = feat.slot, feat.feasible
             else:
-                feasible = obs.place_mask[jnp.arange(tc.num_envs), jax.vmap(first_fitting_slot)(obs)]
+                slot = jax.vmap(first_fitting_slot)(obs)
+                feasible = obs.place_mask[jnp.arange(tc.num_envs), slot]
             node = jax.random.categorical(k_act, jnp.where(feasible, 0.0, -1e9))
-            action = jax.vmap(place_or_wait)(obs, jax.vmap(first_fitting_slot)(obs), node)
+            action = jax.vmap(place_or_wait)(obs, slot, node)
             state, obs, _, done, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
                 jax.random.split(k_step, tc.num_envs), state, action, env_params)
             state, obs = training.auto_reset(reset_envs, k_reset, done, state, obs)

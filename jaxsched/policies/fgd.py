@@ -116,17 +116,19 @@ def fgd_drops(obs, job):
     return jax.lax.cond(is_fractional, fractional, whole_or_cpu_only).astype(jnp.int32)
 
 
-def table_drops(obs, job):
+def table_drops(obs, job, needed=True):
     """``fgd_drops`` from the env's drop table (``EnvConfig.fgd_table``) when the job's shape
     is in it: a column lookup; else (or without a table) the pass over every node. Exact
     either way: the table holds the same integers (tests/policies/test_fgd.py). Under
     ``vmap`` the pass runs only when some episode's shape is missing (``when_due``; a
-    ``lax.cond`` would run it for every episode at every call)."""
+    ``lax.cond`` would run it for every episode at every call). ``needed`` ([] bool): False
+    where the drops will not be used (a window slot whose job fits nowhere, an empty one):
+    no pass for a missing shape there, and the result is meaningless."""
     if obs.fgd_drop.shape != (obs.free_milli.shape[0], obs.fgd_shape.shape[0]):  # no table
         return fgd_drops(obs, job)
     shape = jnp.stack([job["num_gpu"], job["gpu_milli"], job["cpu_milli"]])
     match = (obs.fgd_shape == shape).all(-1)  # [2S]
-    looked_up = (obs.fgd_drop[:, jnp.argmax(match)], ~match.any())
+    looked_up = (obs.fgd_drop[:, jnp.argmax(match)], needed & ~match.any())
 
     def full_pass(state, operands):  # leaves a state whose shape was found unchanged
         drops, missing = state

@@ -25,12 +25,13 @@ from jaxsched.sim import frag
 
 def window_choice(obs, drops=table_drops):
     """(slot, node) int32: the window job fgd-window places and its FGD node (slot 0 and a
-    meaningless node when nothing fits). ``drops(obs, job) -> [N]``: ``fgd.table_drops``
-    (the env's drop table when it keeps one) or ``fgd.fgd_drops``."""
+    meaningless node when nothing fits). ``drops(obs, job, needed) -> [N]``, as
+    ``fgd.table_drops`` (the env's drop table when it keeps one, else the pass over every
+    node); ``needed``: the slot's job fits somewhere, so an empty slot costs no pass."""
 
     def per_slot(k):
         job = window_job(obs, k)
-        drop = drops(obs, job)  # [N]
+        drop = drops(obs, job, obs.place_mask[k].any())  # [N]
         node = best_node(fgd_scores(obs, job, lambda *_: drop), obs.place_mask[k], obs.node_rank)
         removed = jnp.where(drop[node] == NO_ROOM, -jnp.inf, frag.frag_milli(drop[node], obs.frag_classes))
         size = jnp.maximum(job["num_gpu"] * job["gpu_milli"], 1).astype(jnp.float32)
