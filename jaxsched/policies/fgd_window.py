@@ -7,8 +7,8 @@ rank, exactly as ``fgd`` would place that job) and places the job whose placemen
 removes the most fragmentation per milli of GPU it takes: the exact drop of sum_m weight_m
 F_n(m) (``fgd.fgd_drops``, in milli of F_n), over ``num_gpu x gpu_milli`` (CPU-only jobs:
 over 1 milli, so they go after any GPU job that removes fragmentation); ties to the earliest
-slot, so with no fragmentation to gain it is FGD in queue order. A job that would otherwise
-wait behind a hole it cannot fill can fill it now; a job starved by the reordering is
+slot, so with no fragmentation to gain it is FGD in queue order. A queued job that fits a
+hole no longer waits behind a head job that would not fill it; a job starved by the reordering is
 protected by the env's reservation (``EnvConfig.reserve_after_s``), as under backfilling.
 
 Measured beside FGD on DRR's 64-node preset at ρ 0.9 (results/fgd_window_64/), paired by
