@@ -4,7 +4,10 @@ evaluate every variant and FGD on the same held-out episodes; one table and one 
     python scripts/ablate_drr.py --config configs/drr_64.toml --out results/drr_ablation
 
 Variants: full (the config), no-imitation, no-dynamic-entropy, no-advantage-adjustment,
-no-rescheduling, no-attention, all-off (the four ideas off; attention kept). Each trains in
+no-rescheduling, no-attention, all-off (the four ideas off; attention kept), and first-job
+(the job at hand the first window job that fits, not fgd-window's: what the project's own
+choice of job buys, docs/drr.md "Decision"). The heuristics in ``--baselines`` (FGD and
+fgd-window) play the same episodes. Each trains in
 its own folder ``<out>/runs/<variant>`` with checkpoints, so a rerun resumes where it
 stopped (``--set`` changes every variant, e.g. ``--set train.total_updates=200`` for a
 short run). Writes ``<out>/ablation.md`` (mean, 95% CI, and the paired difference from the
@@ -35,6 +38,7 @@ VARIANTS = {
     "no-attention": {"use_attn": False},
     "all-off": {"use_imitation": False, "use_dynamic_entropy": False, "use_advantage_adjustment": 0.0,
                 "use_rescheduling": False},
+    "first-job": {"job_at_hand": "first"},
 }
 METRICS = ("frag_rate", "gpu_alloc", "jct_mean", "queue_delay_mean")
 
@@ -59,6 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     parser.add_argument("--out", default="results/drr_ablation")
+    parser.add_argument("--baselines", default="fgd,fgd-window", help="comma-separated registered heuristics")
     parser.add_argument("--quiet", action="store_true")
     compile_cache.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -68,6 +73,12 @@ def main(argv=None) -> int:
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         print(f"error: unknown variants {unknown}; known: {list(VARIANTS)}", file=sys.stderr)
+        return 2
+    from jaxsched.policies import REGISTRY
+    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    unknown = [b for b in baselines if b not in REGISTRY]
+    if unknown:
+        print(f"error: unknown baselines {unknown}; known: {list(REGISTRY)}", file=sys.stderr)
         return 2
     try:
         base_run = train_lib.load(args.config, args.set)
@@ -97,8 +108,9 @@ def main(argv=None) -> int:
     from jaxsched.policies import get
     nodes = ev.build_nodes(base_run.base)
     jobs, env_params, max_steps, env_keys, _ = ev._setup(base_run.base, nodes)
-    fgd, _ = ev.run_scheduler(get("fgd"), base_run.base, env_params, jobs, env_keys, max_steps)
-    frames.append(fgd.drop(columns=["scheduler"]).assign(variant="fgd")[frames[0].columns])
+    for name in baselines:
+        result, _ = ev.run_scheduler(get(name), base_run.base, env_params, jobs, env_keys, max_steps)
+        frames.append(result.drop(columns=["scheduler"]).assign(variant=name)[frames[0].columns])
     frame = pd.concat(frames, ignore_index=True)
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "ablation.csv", index=False)
@@ -129,7 +141,7 @@ def main(argv=None) -> int:
         means = [frame[frame.variant == v][m].mean() for v in order]
         err = [1.96 * frame[frame.variant == v][m].std(ddof=1) / math.sqrt(max((frame.variant == v).sum(), 1))
                for v in order]
-        ax.bar(order, means, yerr=err, color=["tab:red" if v == base else "tab:gray" if v == "fgd" else "tab:blue"
+        ax.bar(order, means, yerr=err, color=["tab:red" if v == base else "tab:gray" if v in baselines else "tab:blue"
                                               for v in order])
         ax.set(title=m)
         ax.tick_params(axis="x", rotation=60)
