@@ -364,7 +364,8 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
                 rows.append(row)
             _write_rows(log_path, rows, fields)
             bar.update(tc.chunk_updates)
-            bar.set_postfix(ret=f"{float(np.mean(summary['return'])):.2f}",  # mean over runs
+            mean_return = float(np.mean(summary["return"]))  # over runs; NaN: no episode ended
+            bar.set_postfix(ret=f"{mean_return:.2f}" if math.isfinite(mean_return) else "-",
                             **{f: f"{float(np.mean(summary[f])):.3g}" for f in learner.progress_fields})
             at_checkpoint = tc.checkpoint_every and update % tc.checkpoint_every == 0
             if at_checkpoint or update == tc.total_updates:
