@@ -1,5 +1,6 @@
 """Ablation of DRR's ideas: train DRR with each idea switched off in turn (and all off), then
-evaluate every variant and FGD on the same held-out episodes; one table and one plot.
+evaluate every variant and the baseline heuristics (FGD, fgd-window) on the same held-out
+episodes; one table and one plot.
 
     python scripts/ablate_drr.py --config configs/drr_64.toml --out results/drr_ablation
 
