@@ -23,7 +23,8 @@ MAX_CURVE_POINTS = 2000  # a CDF is drawn through this many quantiles (keeps fil
 LABELS = {
     "jct_mean": "mean JCT (s)", "jct_p95": "p95 JCT (s)", "queue_delay_mean": "mean queueing delay (s)",
     "slowdown_mean": "mean bounded slowdown", "makespan_s": "makespan (s)",
-    "gpu_alloc": "GPU allocation", "frag_rate": "fragmentation rate", "finished": "jobs finished",
+    "gpu_alloc": "GPU allocation", "frag_rate": "fragmentation rate",
+    "frag_amount": "fragmentation / GPU capacity", "finished": "jobs finished",
     "work_alloc": "work capacity in use", "backlog_growth": "backlog growth (share of measured jobs)",
     "backlog_work_growth": "backlog growth (share of measured work)",
     "queue_len_mean": "mean queue length", "reservations": "reservations",

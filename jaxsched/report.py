@@ -12,7 +12,7 @@ from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJE
 
 # Metrics shown in the printed table, in this order (the CSVs hold every metric).
 HEADLINE = ("jct_mean", "jct_p95", "queue_delay_mean", "slowdown_mean", "gpu_alloc",
-            "work_alloc", "frag_rate", "queue_len_mean", "backlog_work_growth", "reservations",
+            "work_alloc", "frag_rate", "frag_amount", "queue_len_mean", "backlog_work_growth", "reservations",
             "migrations", "measured_finished", "rejected", "failed", "dropped_overflow")
 
 # A queue is unbounded over the measurement window when its backlog of work (the GPU work of

@@ -701,7 +701,9 @@ def main(argv=None) -> int:
 
 
 PAIRED_TITLES = {"jct_mean": "mean-JCT (s)", "frag_rate": "fragmentation-rate", "gpu_alloc": "GPU-allocation",
-                 "queue_delay_mean": "mean queueing delay (s)"}
+                 "queue_delay_mean": "mean queueing delay (s)",
+                 "frag_amount": "fragmentation (F over GPU capacity)",
+                 "work_alloc": "work-allocation (speed-weighted)"}
 
 
 def _paired_md(paired: pd.DataFrame) -> str:

@@ -77,7 +77,9 @@ PROGRESS_FIELDS = ("entropy", "beta", "teacher_agreement")
 PANELS = (("critic_loss", "value loss", "critic", "log"), ("entropy", "policy entropy (nats)", "entropy", "linear"),
           ("beta", "entropy weight beta", "dynamic entropy", "log"),
           ("teacher_agreement", "share of teacher's nodes", "agreement with the teacher", "linear"))
-PAIRED_METRICS = ("frag_rate", "gpu_alloc", "jct_mean", "queue_delay_mean")
+# The goal's rulers: the rate and GPU allocation, and beside them F over capacity and work
+# allocation, which a loaded cluster keeps steadier (docs/drr.md, "Results").
+PAIRED_METRICS = ("frag_rate", "frag_amount", "gpu_alloc", "work_alloc", "jct_mean", "queue_delay_mean")
 NUM_MODELS = len(MODEL_NAMES)
 JOB_AT_HAND = ("first", "fgd-window")  # DRRConfig.job_at_hand
 assert GPU_SLOTS + GPU_SLOTS + NUM_MODELS + 1 + 12 + 5 + 8 + 4 == NODE_FEATURES
