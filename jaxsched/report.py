@@ -53,6 +53,15 @@ def summarize(per_episode: pd.DataFrame, by="scheduler") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def paired_difference(a: pd.Series, b: pd.Series) -> tuple[float, float]:
+    """(mean of ``a - b``, its 95% confidence half-width) over the episodes both hold (Series
+    indexed alike, by episode; a pair with a NaN is left out): 1.96 x sample std / sqrt(pairs),
+    the normal approximation of ``summarize``; half-width 0 for one pair."""
+    diff = (a - b).dropna().to_numpy(np.float64)
+    half = 1.96 * diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
+    return float(diff.mean()), float(half)
+
+
 def markdown_table(summary: pd.DataFrame, metrics=HEADLINE, by="scheduler") -> str:
     """A Markdown table: one row per group (``by``: a column or a list), ``mean ± ci95`` per metric."""
     keys = [by] if isinstance(by, str) else list(by)

@@ -533,14 +533,11 @@ def paired_differences(per_episode: pd.DataFrame, agent_name: str, metric: str =
     rows = []
     for name, group in per_episode[per_episode.scheduler != agent_name].groupby("scheduler", sort=False):
         base = group.set_index("episode")[metric]
-        diff = (agent - base).dropna().to_numpy(np.float64)
-        half = 1.96 * diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
+        diff, half = report.paired_difference(agent, base)
         mean_base = base.mean()
         rows.append({"baseline": name, "baseline_mean": mean_base, "agent_mean": agent.mean(),
-                     "diff_mean": diff.mean(), "diff_ci95_lo": diff.mean() - half,
-                     "diff_ci95_hi": diff.mean() + half,
-                     "diff_pct": 100 * diff.mean() / mean_base,
-                     "ci95_hi_pct": 100 * (diff.mean() + half) / mean_base})
+                     "diff_mean": diff, "diff_ci95_lo": diff - half, "diff_ci95_hi": diff + half,
+                     "diff_pct": 100 * diff / mean_base, "ci95_hi_pct": 100 * (diff + half) / mean_base})
     return pd.DataFrame(rows)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jaxsched import compile_cache
+from jaxsched import compile_cache, report
 from jaxsched.devices import configure_cpu
 
 VARIANTS = {
@@ -49,9 +49,7 @@ def paired(frame: pd.DataFrame, metric: str, base: str) -> dict:
     ref = frame[frame.variant == base].set_index("episode")[metric]
     out = {}
     for name, group in frame.groupby("variant", sort=False):
-        diff = (group.set_index("episode")[metric] - ref).dropna().to_numpy(np.float64)
-        half = 1.96 * diff.std(ddof=1) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
-        out[name] = (diff.mean(), half)
+        out[name] = report.paired_difference(group.set_index("episode")[metric], ref)
     return out
 
 
