@@ -409,28 +409,44 @@ def write_outputs(out_dir: Path, config, result: Evaluation) -> list:
     return written
 
 
+def has_load_grid(per_episode) -> bool:
+    """A maximum sustainable load needs a grid: two loads or more (with one, every episode is
+    below or above it and the table says nothing)."""
+    return per_episode["load"].nunique() > 1
+
+
+def max_load_text(per_episode, max_load) -> str:
+    """``report.max_load_table``, or why there is none."""
+    if has_load_grid(per_episode):
+        return report.max_load_table(max_load)
+    return "(one load: no maximum sustainable load, which needs a grid of loads)\n"
+
+
 def write_sweep(out_dir: Path, config, per_episode, summary, max_load, info) -> list:
-    """Write sweep.csv, sweep_per_episode.csv, max_load.csv / max_load.md,
-    max_load_per_episode.csv (each episode's, to pair schedulers by episode), config.json and
-    (plots on) sweep.png (every headline metric) and saturation.png (JCT, queueing delay,
-    allocation and backlog growth against the load, with each scheduler's maximum
-    sustainable load)."""
+    """Write sweep.csv, sweep_per_episode.csv, config.json and (plots on) sweep.png (every
+    headline metric); over two loads or more also max_load.csv / max_load.md,
+    max_load_per_episode.csv (each episode's, to pair schedulers by episode) and (plots on)
+    saturation.png (JCT, queueing delay, allocation and backlog growth against the load, with
+    each scheduler's maximum sustainable load)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary.to_csv(out_dir / "sweep.csv", index=False)
     per_episode.to_csv(out_dir / "sweep_per_episode.csv", index=False)
-    max_load.to_csv(out_dir / "max_load.csv", index=False)
-    report.max_load_per_episode(per_episode).to_csv(out_dir / "max_load_per_episode.csv", index=False)
-    (out_dir / "max_load.md").write_text(report.max_load_table(max_load))
+    written = ["sweep.csv", "sweep_per_episode.csv"]
+    grid = has_load_grid(per_episode)
+    if grid:
+        max_load.to_csv(out_dir / "max_load.csv", index=False)
+        report.max_load_per_episode(per_episode).to_csv(out_dir / "max_load_per_episode.csv", index=False)
+        (out_dir / "max_load.md").write_text(report.max_load_table(max_load))
+        written += ["max_load.csv", "max_load_per_episode.csv", "max_load.md"]
     _write_config(out_dir, config, info)
-    written = ["sweep.csv", "sweep_per_episode.csv", "max_load.csv", "max_load_per_episode.csv", "max_load.md",
-               "config.json"]
+    written.append("config.json")
     if config.eval.plots:
         from jaxsched import plots
 
-        for made in (plots.sweep(summary, report.HEADLINE, out_dir / "sweep.png"),
-                     plots.saturation(summary, max_load, out_dir / "saturation.png")):
-            if made is not None:
-                written.append(made.name)
+        made = [plots.sweep(summary, report.HEADLINE, out_dir / "sweep.png")]
+        if grid:
+            made.append(plots.saturation(summary, max_load, out_dir / "saturation.png"))
+        written += [m.name for m in made if m is not None]
     return written
 
 
@@ -495,7 +511,7 @@ def main(argv=None) -> int:
                   f"{len(info['loads'])} loads on {info['nodes']} nodes ({info['gpus']} GPUs), "
                   f"workload: {info['source']}")
             print(report.markdown_table(summary, by=["scheduler", "load"]))
-            print(report.max_load_table(max_load))
+            print(max_load_text(per_episode, max_load))
         else:
             result = evaluate(config, show_progress=not args.quiet)
             written = outputs.publish(out_dir, lambda d: write_outputs(d, config, result))

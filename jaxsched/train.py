@@ -661,7 +661,7 @@ def main(argv=None) -> int:
             eval_run.base, show_progress=not args.quiet, agents=[(tr.scheduler, selection.params)])
         ev.write_sweep(out_dir, eval_run.base, per_episode, summary, max_load, sweep_info)
         info.update(sweep=sweep_info)
-        print(report.max_load_table(max_load))
+        print(ev.max_load_text(per_episode, max_load))
     elif not args.no_eval:
         name = tr.scheduler.name
         per_episode, summary, eval_info = evaluate_agent(eval_run, tr, selection.params,

@@ -183,6 +183,16 @@ def test_load_sweep_writes_one_row_per_scheduler_and_load(tmp_path):
     assert ff.loc[1.2, "offered_load"] > ff.loc[0.3, "offered_load"]
     assert (tmp_path / "sweep.png").stat().st_size < 200_000
     assert len(pd.read_csv(tmp_path / "sweep_per_episode.csv")) == 2 * 2 * 4
+    assert (tmp_path / "max_load.md").is_file() and (tmp_path / "saturation.png").is_file()
+
+
+def test_load_sweep_at_one_load_writes_no_maximum_sustainable_load(tmp_path, capsys):
+    args = [x for s in TINY for x in ("--set", s)]
+    assert run_cli(*args, "--schedulers", "first-fit", "--sweep", "load", "--loads", "0.9",
+                   "--no-plots", "--out", str(tmp_path)) == 0
+    assert "no maximum sustainable load" in capsys.readouterr().out
+    assert len(pd.read_csv(tmp_path / "sweep_per_episode.csv")) == 4
+    assert not list(tmp_path.glob("max_load*"))
 
 
 def test_max_sustainable_load_interpolates_each_episodes_work_backlog_growth():
