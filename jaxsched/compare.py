@@ -88,9 +88,9 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, metrics=METRICS, path_a="A", path_b="
         if field in a.columns and field in b.columns:
             differs = a[field].to_numpy() != b[field].to_numpy()
             if differs.any():
-                key = a.index[differs.argmax()]
-                raise DataError(path_b, None, field, f"episode {key} has {b[field].iloc[differs.argmax()]} here "
-                                f"and {a[field].iloc[differs.argmax()]} in {path_a}: not the same episodes")
+                i = int(differs.argmax())
+                raise DataError(path_b, None, field, f"episode {a.index[i]} has {b[field].iloc[i]} here "
+                                f"and {a[field].iloc[i]} in {path_a}: not the same episodes")
     if "done" in a.columns and "done" in b.columns:
         both_done = (a["done"] >= 1).to_numpy() & (b["done"] >= 1).to_numpy()
         a, b = a[both_done], b[both_done]
