@@ -379,7 +379,8 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
 
 def _write_config(out_dir: Path, config, info) -> None:
     (out_dir / "config.json").write_text(json.dumps(
-        {"config": cfg_lib.to_dict(config), "info": info}, indent=2, default=str))
+        {"config": cfg_lib.to_dict(config), "info": {**info, "versions": outputs.package_versions()}},
+        indent=2, default=str))
 
 
 def write_outputs(out_dir: Path, config, result: Evaluation) -> list:

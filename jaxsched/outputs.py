@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +25,23 @@ from jaxsched.errors import DataError
 
 MANIFEST = "files.json"
 STAGING_PREFIX = ".incomplete-"
+
+# The packages whose versions a run's numbers depend on: a float-level change in any of them
+# (e.g. a jaxlib release) changes a training run from its first updates on.
+RECORDED_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "pandas", "jraph", "flashbax",
+                     "orbax-checkpoint", "chex")
+
+
+def package_versions() -> dict:
+    """{package: version} of Python and ``RECORDED_PACKAGES`` (None where not installed), for
+    a run's ``config.json``."""
+    versions = {"python": platform.python_version()}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def write_atomically(path: Path, text: str) -> None:

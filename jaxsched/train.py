@@ -654,7 +654,7 @@ def main(argv=None) -> int:
                 "update": int(selection.update), "valid_jct_s": float(selection.valid_jct_s)}
     print(f"evaluating run {selected['run']} (seed {selected['seed']}) after {selected['update']} updates"
           + (f", validation mean JCT {selected['valid_jct_s']:.1f} s" if run.train.valid_episodes else ""))
-    info = {"throughput": throughput, "selected": selected,
+    info = {"throughput": throughput, "selected": selected, "versions": outputs.package_versions(),
             "checkpoint": args.checkpoint or str(out_dir / "checkpoints"), "eval_overrides": list(args.eval_set)}
     if eval_run.base.eval.sweep_loads and not args.no_eval:  # the agent beside eval.schedulers at each load
         per_episode, summary, max_load, sweep_info = ev.sweep_load(

@@ -7,6 +7,7 @@ so compiled rollouts are shared between tests.
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import jax
@@ -90,6 +91,8 @@ def test_cli_writes_every_output_file(cli_run):
     assert summary["scheduler"].tolist() == SCHEDULERS.split(",")
     md = (cli_run / "summary.md").read_text()
     assert "first-fit" in md and "best-fit" in md and "±" in md
+    versions = json.loads((cli_run / "config.json").read_text())["info"]["versions"]
+    assert versions["jax"] == jax.__version__  # what the numbers were computed with
 
 
 def test_per_job_csv_is_a_complete_schedule_matching_the_metrics(cli_run):

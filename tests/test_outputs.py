@@ -59,3 +59,14 @@ def test_an_unwritable_folder_is_found_before_the_work(tmp_path):
     blocker.write_text("")
     with pytest.raises(DataError, match="eval.out_dir.*cannot write"):
         outputs.check_writable(blocker / "results")
+
+
+def test_package_versions_name_what_is_installed_and_none_for_what_is_not(monkeypatch):
+    import jax
+    import numpy
+
+    monkeypatch.setattr(outputs, "RECORDED_PACKAGES", ("jax", "numpy", "no-such-package-here"))
+    versions = outputs.package_versions()
+    assert versions["jax"] == jax.__version__ and versions["numpy"] == numpy.__version__
+    assert versions["no-such-package-here"] is None
+    assert versions["python"].count(".") == 2
