@@ -534,7 +534,7 @@ def paired_differences(per_episode: pd.DataFrame, agent_name: str, metric: str =
     for name, group in per_episode[per_episode.scheduler != agent_name].groupby("scheduler", sort=False):
         base = group.set_index("episode")[metric]
         diff, half = report.paired_difference(agent, base)
-        mean_base = base.mean()
+        mean_base = float(base.mean())  # float64 from here (the CSV columns are float32)
         rows.append({"baseline": name, "baseline_mean": mean_base, "agent_mean": agent.mean(),
                      "diff_mean": diff, "diff_ci95_lo": diff - half, "diff_ci95_hi": diff + half,
                      "diff_pct": 100 * diff / mean_base, "ci95_hi_pct": 100 * (diff + half) / mean_base})
