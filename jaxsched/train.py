@@ -305,12 +305,14 @@ def setup(run: RunConfig):
 
 
 def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bool = True,
-          stop_after: int | None = None) -> Trained:
+          stop_after: int | None = None, max_train_s: float | None = None) -> Trained:
     """Run (or resume) training of ``train.num_seeds`` runs side by side; returns ``Trained``.
 
     At every checkpoint and at the end, each run's greedy agent is validated
     (``train.valid_episodes``) and the best so far is kept in the selection.
     stop_after: stop after this many updates (simulates an interruption; tests use it).
+    max_train_s: stop after the first chunk that ends past this many seconds of training; that
+    chunk is validated and checkpointed as the last one (a run sized to a time budget).
     """
     tc, learner, fields = run.train, run.learner, run.log_fields
     tr, env = make_trainer(run)
@@ -368,7 +370,9 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
             bar.set_postfix(ret=f"{mean_return:.2f}" if math.isfinite(mean_return) else "-",
                             **{f: f"{float(np.mean(summary[f])):.3g}" for f in learner.progress_fields})
             at_checkpoint = tc.checkpoint_every and update % tc.checkpoint_every == 0
-            if at_checkpoint or update == tc.total_updates:
+            out_of_time = max_train_s is not None and time.perf_counter() - started >= max_train_s
+            last = update == tc.total_updates or out_of_time
+            if at_checkpoint or last:
                 if validate is None:
                     selection = _pick(runners, 0, np.nan)
                 else:
@@ -378,8 +382,11 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
                     bar.write(f"validation after {update} updates: mean JCT "
                               + ", ".join(f"{r['valid_jct_s']:.1f} s" for r in valid_rows[-tc.num_seeds:])
                               + f" (kept: run {int(selection.run)} after {int(selection.update)} updates)")
-            if mgr is not None and (at_checkpoint or update == tc.total_updates):
+            if mgr is not None and (at_checkpoint or last):
                 checkpoint.save(mgr, update, _checkpoint_tree(runners, selection))
+            if out_of_time:
+                bar.write(f"--max-train-s {max_train_s:g}: training stopped after {update} updates")
+                break
     if mgr is not None:
         mgr.close()
     return Trained(tr, runners, selection, pd.DataFrame(rows, columns=fields),
@@ -507,14 +514,16 @@ def agent_episodes(config: cfg_lib.Config, scheduler: policies.Scheduler):
     return play
 
 
-def evaluate_agent(run: RunConfig, trainer: training.Trainer, params, show_progress: bool = True):
-    """The agent and every registered scheduler on the held-out episodes of ``[eval]``.
+def evaluate_agent(run: RunConfig, trainer: training.Trainer, params, show_progress: bool = True,
+                   baselines: tuple | None = None):
+    """The agent and ``baselines`` (registry names; default every registered scheduler) on the
+    held-out episodes of ``[eval]``.
 
     Returns (per-episode frame, summary frame, info). Same jobs, env keys and rollout as
     ``jaxsched.evaluate`` (``build_workload``, ``episode_keys(seed, E, stream=1)``).
     """
     config = dataclasses.replace(run.base, eval=dataclasses.replace(
-        run.base.eval, schedulers=tuple(policies.REGISTRY)))
+        run.base.eval, schedulers=tuple(baselines or policies.REGISTRY)))
     result = ev.evaluate(config, show_progress=show_progress)
     baseline_frame, info = result.per_episode, result.info
     start = time.perf_counter()
@@ -525,6 +534,18 @@ def evaluate_agent(run: RunConfig, trainer: training.Trainer, params, show_progr
     info.setdefault("seconds_per_scheduler", {})[name] = round(time.perf_counter() - start, 3)
     per_episode = pd.concat([agent_frame, baseline_frame], ignore_index=True)
     return per_episode, report.summarize(per_episode), info
+
+
+def parse_baselines(text: str | None) -> tuple | None:
+    """``--baselines a,b,...`` -> registry names (None: every registered scheduler)."""
+    if text is None:
+        return None
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in policies.REGISTRY]
+    if not names or unknown:
+        raise ValueError(f"--baselines {text!r}: {'unknown ' + ', '.join(unknown) if unknown else 'names none'} "
+                         f"(registered: {', '.join(policies.REGISTRY)})")
+    return names
 
 
 def paired_differences(per_episode: pd.DataFrame, agent_name: str, metric: str = "jct_mean") -> pd.DataFrame:
@@ -608,6 +629,11 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value for the evaluation only (repeatable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--max-train-s", type=float, metavar="S",
+                        help="stop training after the chunk that passes S seconds (validated and "
+                             "checkpointed as the last), then evaluate as usual")
+    parser.add_argument("--baselines", metavar="A,B,...",
+                        help="the heuristics evaluated beside the agent (default: every registered one)")
     compile_cache.add_arguments(parser)
     args, published = parser.parse_known_args(argv)
     compile_cache.enable_from_args(args)
@@ -621,6 +647,7 @@ def main(argv=None) -> int:
         run = load(args.config, flag_overrides + overrides)  # --set wins over a published flag
         check_derived(run, derived)
         eval_run = with_eval_overrides(run, args.eval_set)
+        baselines = parse_baselines(args.baselines)
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -638,7 +665,7 @@ def main(argv=None) -> int:
     else:
         try:
             tr, _, selection, log, valid_log = train(run, out_dir, resume=args.resume,
-                                                     show_progress=not args.quiet)
+                                                     show_progress=not args.quiet, max_train_s=args.max_train_s)
         except DataError as err:  # e.g. --resume from a checkpoint of another config
             print(f"error: {err}", file=sys.stderr)
             return 2
@@ -649,7 +676,8 @@ def main(argv=None) -> int:
                   "runs": run.train.num_seeds, "backend": jax.default_backend(), "devices": len(jax.devices())}
     print(f"training: {throughput['env_steps_per_s']:.0f} env steps/s, "
           f"{throughput['updates_per_s']:.1f} updates/s ({run.train.num_seeds} runs together) "
-          f"on {throughput['backend']}")
+          f"on {throughput['backend']}" if len(steady) else
+          "training: one chunk only, which includes compiling: no throughput measured")
     selected = {"run": int(selection.run), "seed": run.train.seed + int(selection.run),
                 "update": int(selection.update), "valid_jct_s": float(selection.valid_jct_s)}
     print(f"evaluating run {selected['run']} (seed {selected['seed']}) after {selected['update']} updates"
@@ -665,7 +693,7 @@ def main(argv=None) -> int:
     elif not args.no_eval:
         name = tr.scheduler.name
         per_episode, summary, eval_info = evaluate_agent(eval_run, tr, selection.params,
-                                                         show_progress=not args.quiet)
+                                                         show_progress=not args.quiet, baselines=baselines)
         paired = {metric: paired_differences(per_episode, name, metric) for metric in run.learner.paired_metrics}
         per_episode.to_csv(out_dir / "per_episode.csv", index=False)
         summary.to_csv(out_dir / "summary.csv", index=False)

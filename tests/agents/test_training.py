@@ -12,8 +12,8 @@ from jaxsched import train as train_lib
 from jaxsched.agents import checkpoint
 from jaxsched.errors import DataError
 from jaxsched.policies import get
-from jaxsched.rollout import rollout
-from jaxsched.workload import alibaba
+from jaxsched.rollout import rollout, warm_up_batch
+from jaxsched.workload import alibaba, synthetic
 from jaxsched.sim.env import ClusterEnv
 from tests.agents.tiny import tiny_run
 
@@ -94,6 +94,47 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path):
     with pytest.raises(DataError, match="train.checkpoint_every"):
         train_lib.train(tiny_run("train.total_updates=10", "train.checkpoint_every=0"), tmp_path / "one",
                         resume=True, show_progress=False)
+
+
+def test_max_train_s_ends_training_after_the_chunk_that_passes_it_validated_and_kept(tmp_path):
+    # Chunks of 10 updates, checkpoints every 20: only the time limit validates and saves at 10.
+    run = tiny_run("train.num_seeds=2", "train.valid_episodes=4", "train.total_updates=60",
+                   "train.checkpoint_every=20")
+    cut = train_lib.train(run, tmp_path / "cut", show_progress=False, max_train_s=0.0)
+    assert np.asarray(cut.runners.update).tolist() == [10, 10]
+    assert sorted(set(cut.valid_log["update"])) == [10] and int(cut.selection.update) == 10
+    mgr = checkpoint.manager(tmp_path / "cut" / "checkpoints")
+    assert list(mgr.all_steps()) == [10]
+    mgr.close()
+    resumed = train_lib.train(run, tmp_path / "cut", resume=True, show_progress=False)  # goes on from 10
+    assert np.asarray(resumed.runners.update).tolist() == [60, 60]
+
+
+def test_warm_up_gives_the_same_episodes_each_env_alone_or_all_vmapped():
+    # A GPU warms the training envs up together (vmap), a CPU each alone (lax.map): same states.
+    run = tiny_run("env.warmup_jobs=20", "env.measured_jobs=10", 'train.warmup_scheduler="first-fit"')
+    env, env_params, workload, _ = train_lib.setup(run)
+    keys = jax.random.split(jax.random.key(5), 4)
+    jobs = jax.vmap(lambda k: synthetic.generate(k, workload.replace(num_jobs=40, pad_to=None)))(keys)
+    state, obs = jax.vmap(env.reset, in_axes=(0, None, 0))(keys, env_params, jobs)
+    warm = jax.jit(lambda s, o, k, alone: warm_up_batch(env, get("first-fit").policy, env_params, s, o, k, alone),
+                   static_argnums=3)
+    alone, together = warm(state, obs, keys, True), warm(state, obs, keys, False)
+    assert (np.asarray(alone[0].core.time_s) >= np.asarray(alone[0].core.measure_from_s)).all()  # warmed up
+    assert int(np.asarray(alone[0].core.acc.decisions).min()) > 0
+    for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(together)):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
+def test_baselines_flag_names_registered_heuristics(capsys):
+    assert train_lib.parse_baselines(None) is None
+    assert train_lib.parse_baselines("first-fit, sjf") == ("first-fit", "sjf")
+    with pytest.raises(ValueError, match="unknown nope"):
+        train_lib.parse_baselines("first-fit,nope")
+    assert train_lib.main(["--baselines", "nope", "--no-compile-cache"]) == 2  # refused before training
+    assert "--baselines 'nope': unknown nope" in capsys.readouterr().err
 
 
 def test_checkpoint_of_another_config_is_refused_by_name(tmp_path):
