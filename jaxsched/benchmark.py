@@ -1,13 +1,15 @@
 """Measuring the simulator's speed: shared by scripts/bench.py and scripts/scaling_study.py.
 
 A decision is one env step of an episode that has not ended (padding steps do not count).
-Compile time is measured separately (AOT ``lower().compile()``); the run time is the second
-execution of the compiled rollout, so it holds neither compilation nor warm-up.
+Compile time is measured separately (AOT ``lower().compile()``); the run time is the last of
+``runs`` executions of the compiled rollout (by default the second), so it holds no
+compilation (and, with runs >= 2, no warm-up).
 """
 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -49,30 +51,81 @@ def state_bytes_per_episode(state, batch: int) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(state)) // batch
 
 
-def bench_jax(params, workload, env_config, scheduler: str, batch: int, max_steps: int, shard: bool):
+class Program(NamedTuple):
+    """One benchmark point, lowered: its compiled rollout comes from ``compile_program``."""
+
+    scheduler: str
+    batch: int
+    lowered: object          # jax.stages.Lowered
+    args: tuple              # (params, jobs, keys)
+
+
+def lower_jax(params, workload, env_config, scheduler: str, batch: int, max_steps: int, shard: bool) -> Program:
+    """Trace and lower the rollout of ``batch`` synthetic episodes under ``scheduler``
+    (the jobs are generated here, on the device)."""
     sched = policies.get(scheduler)
     env = ClusterEnv(sched.env_config(env_config))
     run_fn = sharded_rollout if shard else rollout
     gen = jax.jit(jax.vmap(lambda k: synthetic.generate(k, workload)))
     run = jax.jit(lambda p, j, k: run_fn(env, sched.policy, None, p, j, k, max_steps, turns=sched.turns))
-
     keys = jax.random.split(jax.random.key(0), batch)
     jobs = jax.block_until_ready(gen(keys))
+    return Program(scheduler, batch, run.lower(params, jobs, keys), (params, jobs, keys))
+
+
+def compile_program(program: Program):
+    """-> (compiled, seconds). XLA compiles with the GIL released, so threads overlap."""
     start = time.perf_counter()
-    compiled = run.lower(params, jobs, keys).compile()
-    compile_s = time.perf_counter() - start
-    jax.block_until_ready(compiled(params, jobs, keys))  # warm-up run
+    compiled = program.lowered.compile()
+    return compiled, time.perf_counter() - start
+
+
+def program_bytes(compiled) -> int | None:
+    """Device memory the compiled rollout needs: its arguments, outputs and temporaries (XLA's
+    own accounting, ``memory_analysis``; None where the backend gives none)."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return None
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+               - stats.alias_size_in_bytes)
+
+
+def device_bytes() -> int | None:
+    """Memory of the first device (None where the backend does not say, e.g. a CPU)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
+def measure(compiled, program: Program, runs: int = 2):
+    """Run the compiled rollout ``runs`` times and time the last (runs = 2: a warm-up, then
+    the timed run). -> (result dict, the first two episodes' jobs as numpy, for the reference)."""
+    for _ in range(runs - 1):
+        jax.block_until_ready(compiled(*program.args))
     start = time.perf_counter()
-    state, metrics = jax.block_until_ready(compiled(params, jobs, keys))
+    state, metrics = jax.block_until_ready(compiled(*program.args))
     run_s = time.perf_counter() - start
     decisions = int(metrics["decisions"].sum())
     jobs_done = int((metrics["finished"] + metrics["failed"] + metrics["rejected"]).sum())
     return {
-        "compile_s": round(compile_s, 3), "run_s": round(run_s, 4),
+        "run_s": round(run_s, 4), "runs": runs,
         "decisions": decisions, "decisions_per_s": decisions / run_s,
         "jobs_per_s": jobs_done / run_s, "episodes_done": int(metrics["done"].sum()),
-        "state_bytes_per_episode": state_bytes_per_episode(state, batch),
+        "state_bytes_per_episode": state_bytes_per_episode(state, program.batch),
     }, jax.tree.map(lambda x: np.asarray(x[:2]), state.jobs)
+
+
+def out_of_memory(err: Exception) -> bool:
+    """An XLA allocation failure (the batch does not fit on the device)."""
+    return "RESOURCE_EXHAUSTED" in str(err) or "Out of memory" in str(err)
+
+
+def bench_jax(params, workload, env_config, scheduler: str, batch: int, max_steps: int, shard: bool,
+              runs: int = 2):
+    """One benchmark point: compile (timed apart, AOT), then ``measure``."""
+    program = lower_jax(params, workload, env_config, scheduler, batch, max_steps, shard)
+    compiled, compile_s = compile_program(program)
+    result, sample_jobs = measure(compiled, program, runs)
+    return {"compile_s": round(compile_s, 3), **result}, sample_jobs
 
 
 def bench_reference(nodes, jobs_np, frag, env_config, scheduler: str, cap: int):
