@@ -163,8 +163,9 @@ def _rollout_steps(env, policy, policy_params, env_params, jobs, keys, max_steps
     return state, jax.vmap(env.metrics, in_axes=(0, None))(state, env_params)
 
 
-def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps, turns):
+def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps, turns, count=False):
     """All episodes of the batch run together (vmap), turn by turn, until every one is done.
+    count: also return the loop's iterations (scripts/turn_iterations.py).
 
     Each iteration, per episode (``ClusterEnv.cursor`` and friends): a rescheduling pass or a
     reservation if one is due; a decision if the episode is at a decision point below the step cap; then
@@ -194,8 +195,10 @@ def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps
                                cur, env_params)
         return jax.vmap(decide)(step_keys, cur)
 
-    cursor = jax.lax.while_loop(lambda cur: ~finished(cur).all(), body, cursor)
-    return cursor.state, jax.vmap(env.metrics, in_axes=(0, None))(cursor.state, env_params)
+    cursor, iterations = jax.lax.while_loop(lambda c: ~finished(c[0]).all(), lambda c: (body(c[0]), c[1] + 1),
+                                            (cursor, jnp.int32(0)))
+    out = cursor.state, jax.vmap(env.metrics, in_axes=(0, None))(cursor.state, env_params)
+    return (*out, iterations) if count else out
 
 
 def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvParams,
