@@ -4,7 +4,7 @@
 ``__init__``) when gymnasium is installed, so ``gymnasium.make`` needs no import first::
 
     env = gymnasium.make("jaxsched:jaxsched/Cluster-v0", num_nodes=8, num_jobs=64)
-    obs, info = env.reset(seed=0)                 # obs: [D] float32; info["action_mask"]: [A] bool
+    obs, info = env.reset(seed=0)                 # obs: [D] float32; info["action_mask"]: [A] int8
     obs, reward, terminated, truncated, info = env.step(action)
     envs = gymnasium.make_vec("jaxsched:jaxsched/Cluster-v0", num_envs=64,
                               vectorization_mode="vector_entry_point")   # batched in JAX
@@ -17,8 +17,10 @@ from), and any ``EnvConfig`` field (e.g. reward="placed_jct").
 
 Observation: the flat ``gymnax_env.features`` vector, a Box [D] float32. Action: Discrete(A),
 the flat layout of ``jaxsched.actions`` (A = K*N + K + 1). The legal actions are in
-``info["action_mask"]`` [A] bool (vector env: [E, A]) and ``env.action_masks()`` (what
-sb3-contrib's MaskablePPO calls); rejects are masked off unless ``allow_reject``. An action
+``info["action_mask"]`` [A] int8, Gymnasium's mask convention, so
+``env.action_space.sample(info["action_mask"])`` draws a legal action (vector env: [E, A]),
+and ``env.action_masks()`` (what sb3-contrib's MaskablePPO calls); rejects are masked off
+unless ``allow_reject``, and wait while a job can be placed unless ``allow_wait``. An action
 outside the mask is a wait when an event is pending, else a no-op; it counts as a step, so
 an episode can't hang: it is truncated at ``max_steps`` decisions. At the end of an episode (terminated
 or truncated) the single env's ``info["metrics"]`` holds its metrics (``sim.metrics``: mean
@@ -116,8 +118,8 @@ class ClusterGymEnv(gymnasium.Env):
         return np.array(self._ep.obs.features), float(reward), terminated, truncated, info
 
     def action_masks(self) -> np.ndarray:
-        """[A] bool: the legal actions now."""
-        return np.array(self._ep.obs.action_mask)
+        """[A] int8 (Gymnasium's mask convention, ``action_space.sample(mask)``): 1 where legal now."""
+        return np.asarray(self._ep.obs.action_mask, dtype=np.int8)
 
     def metrics(self) -> dict:
         """The current episode's metrics (``sim.metrics.summarize``), as Python floats."""
@@ -170,8 +172,8 @@ class ClusterGymVectorEnv(gymnasium.vector.VectorEnv):
                 {"action_mask": self.action_masks(), "legal": legal})
 
     def action_masks(self) -> np.ndarray:
-        """[E, A] bool: each env's legal actions now."""
-        return np.array(self._eps.obs.action_mask)
+        """[E, A] int8: each env's legal actions now (1 where legal)."""
+        return np.asarray(self._eps.obs.action_mask, dtype=np.int8)
 
     def metrics(self) -> dict:
         """Each env's current episode's metrics ([E] numpy arrays)."""

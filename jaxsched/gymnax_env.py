@@ -25,8 +25,10 @@ Observation (``Obs``; A = K*N + K + 1 flat actions, ``jaxsched.actions``):
   action_mask  [A] bool     the legal actions: the env's ``Observation.action_mask`` with
                             reject turned off unless ``allow_reject`` or nothing else is
                             legal (``agents.ddqn.legal_mask``: with a JCT reward, rejecting
-                            every job would look best); ``allow_wait=False`` also masks wait
-                            while some job can be placed. All False once the episode is done.
+                            every job would look best); wait is masked too while some job can
+                            be placed, unless ``allow_wait`` (off by default: every outside
+                            learner tried with it learned to wait and did worse than random
+                            placement). All False once the episode is done.
 The mask is in the observation, so it stays right across gymnax's auto-reset.
 
 Illegal actions: an action outside ``action_mask`` (a reject too, while rejects are off)
@@ -128,7 +130,7 @@ class ClusterGymnax(environment.Environment):
     actions in ``action_mask``. allow_wait: leave wait in it while a job can be placed.
     """
 
-    def __init__(self, config: EnvConfig, params: Params, allow_reject: bool = False, allow_wait: bool = True):
+    def __init__(self, config: EnvConfig, params: Params, allow_reject: bool = False, allow_wait: bool = False):
         super().__init__()
         self.sim = ClusterEnv(config)
         self._default_params = params
@@ -197,7 +199,7 @@ class ClusterGymnax(environment.Environment):
 
 def make(num_nodes: int = 8, num_jobs: int = 64, load: float = 0.9, window: int = 4,
          workload: str = "synthetic", trace: str = "", trace_windows: int = 128, seed: int = 0,
-         max_steps: int = 0, allow_reject: bool = False, allow_wait: bool = True,
+         max_steps: int = 0, allow_reject: bool = False, allow_wait: bool = False,
          config: cfg_lib.Config | str | None = None, **env) -> tuple[ClusterGymnax, Params]:
     """(env, params) of a cluster of ``num_nodes`` (the openb-mix preset), like ``gymnax.make``.
 
@@ -208,8 +210,12 @@ def make(num_nodes: int = 8, num_jobs: int = 64, load: float = 0.9, window: int 
     before truncation (0: 3 x jobs + 100). allow_reject, allow_wait: see ``ClusterGymnax``.
     ``env``: further ``EnvConfig`` fields (e.g. ``reward="placed_jct"``). config: a run config
     (``jaxsched.config``, or a TOML path) to start from instead of the defaults; the other
-    arguments still apply.
+    arguments still apply. A bad value is a ``ValueError`` naming it (an offered load the
+    synthetic workload cannot reach, a negative ``max_steps``).
     """
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+        raise ValueError(f"gymnax_env.make: max_steps = {max_steps!r}: must be an integer >= 0 "
+                         "(0: 3 x jobs + 100)")
     base = cfg_lib.load(config) if isinstance(config, str) else (config or cfg_lib.Config())
     base_env = base.env if config is not None else EnvConfig()
     w = base.workload
@@ -223,6 +229,6 @@ def make(num_nodes: int = 8, num_jobs: int = 64, load: float = 0.9, window: int 
     jobs, frag, _ = evaluate.build_workload(run, nodes)
     sim = to_device(EnvParams(to_cluster(nodes), frag))
     params = Params(sim=sim, bank=jobs if workload == "openb" else None,
-                    synthetic=evaluate.with_capacity(w.synthetic, nodes),
+                    synthetic=evaluate.with_capacity(w.synthetic, nodes).validate(),
                     max_steps_in_episode=max_steps or 3 * num_jobs + 100)
     return ClusterGymnax(run.env, params, allow_reject, allow_wait), params

@@ -26,7 +26,7 @@ def _first_fit(obs):
 
 
 def test_gymnax_under_jit_vmap_plays_the_native_episodes():
-    env, params = gymnax_env.make(**TINY)
+    env, params = gymnax_env.make(**TINY, allow_wait=True)  # the mask: the env's less rejects
     keys = jax.random.split(jax.random.key(3), 4)
     steps = params.max_steps_in_episode
 
@@ -89,6 +89,15 @@ def test_gymnax_bank_picks_each_episode_uniformly():
     assert counts.min() > 70  # about 100 each
 
 
+def test_make_refuses_bad_arguments_and_masks_wait_by_default():
+    with pytest.raises(ValueError, match="max_steps = -5"):
+        gymnax_env.make(**TINY, max_steps=-5)
+    with pytest.raises(ValueError, match="target_load.*100000.0 cannot be reached"):
+        gymnax_env.make(**{**TINY, "load": 1e5})  # past every job at the work cap
+    env, _ = gymnax_env.make(**TINY)
+    assert not env.agent.allow_wait  # the default outside learners do best with
+
+
 @pytest.fixture(scope="module")
 def gym_env():
     env = gymnasium.make(ID, **TINY)
@@ -120,6 +129,7 @@ def test_gymnasium_episode_masks_metrics_and_seeding(gym_env):
         while True:
             mask = info["action_mask"]
             np.testing.assert_array_equal(mask, gym_env.unwrapped.action_masks())
+            assert mask.dtype == np.int8 and mask[gym_env.action_space.sample(mask)]  # Gymnasium's idiom
             obs, reward, terminated, truncated, info = gym_env.step(_random_legal(rng, mask[None])[0])
             assert info["legal"]
             trace.append(obs)
