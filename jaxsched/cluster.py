@@ -218,7 +218,7 @@ def load_pai_machines(path) -> NodeTable:
 def work_capacity(table: NodeTable, speeds: dict | None = None) -> float:
     """Work the cluster does per second with every GPU busy, in speed-1.0 GPUs: the sum over
     its GPUs of their speed (``DEFAULT_SPEEDS`` overridden by ``speeds``). The offered load
-    rho is GPU work arriving per second over this (SPEC.md, README "Loaded clusters")."""
+    rho is GPU work arriving per second over this (SPEC.md, docs/concepts/loaded-clusters.md)."""
     speed_of = {**DEFAULT_SPEEDS, **(speeds or {})}
     return float(sum(int(g) * speed_of[MODEL_NAMES[m]] for g, m in zip(table.num_gpus, table.model)))
 

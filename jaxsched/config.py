@@ -26,7 +26,7 @@ from jaxsched.sim.env import EnvConfig
 from jaxsched.workload.synthetic import SyntheticConfig
 
 
-# The built-in run measures loaded clusters (README, "Loaded clusters"): an episode of the
+# The built-in run measures loaded clusters (docs/concepts/loaded-clusters.md): an episode of the
 # synthetic workload on the 64-node preset at offered load 0.9 (8 s between arrivals) is 24 h
 # of warm-up arrivals (the cluster reaches steady state in about 20 h: results/steady_state/),
 # 8 h of measured arrivals, and 8 h more that keep the cluster loaded while the measured jobs

@@ -7,8 +7,8 @@ depend on neither (tests/test_sharding.py).
 
 - One host device per core (``--xla_force_host_platform_device_count``). XLA runs a jitted
   while loop on one thread per device, so one device leaves all but one core idle;
-  ``rollout.sharded_rollout`` splits episodes across the devices (measured: README, "Speed
-  and scale"; scripts/scaling_study.py, devices axis).
+  ``rollout.sharded_rollout`` splits episodes across the devices (measured:
+  docs/performance.md; scripts/scaling_study.py, devices axis).
 - Whole-loop kernels (``xla_cpu_small_while_loop_byte_threshold``). XLA:CPU runs a program
   as a sequence of kernels with a dispatch cost each, and an env step is hundreds of small
   ones. Its small-while-loop pass instead compiles a while loop into a single kernel when
@@ -16,7 +16,7 @@ depend on neither (tests/test_sharding.py).
   threshold (1 kB by default). ``LOOP_BYTES`` admits one episode's loop at 1,213 nodes.
   Unbatched, the env's indexed writes are dynamic-update-slices, not scatters, so
   ``rollout.default_chunk`` then runs each CPU episode alone, about twice as fast as vmapped
-  chunks of 16 episodes (measured: results/bench/rollout_schedule.md, README "Speed and scale").
+  chunks of 16 episodes (measured: results/bench/rollout_schedule.md, docs/performance.md).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
       None  step: each iteration, every episode takes a decision and runs to its next one
             (``env.step``). Under ``vmap`` the event loop runs as long as the slowest
             episode of the chunk, so chunks stay small (throughput falls as chunks grow:
-            README, "Speed and scale").
+            docs/performance.md).
       int   turn by turn: each iteration, an episode at a decision point decides, then every
             episode runs ``turns`` event turns, masked off once it reaches its next stop. No
             episode waits for another, so a whole batch runs well in one ``vmap``, but the

@@ -139,8 +139,8 @@ def load(path=None, overrides=()) -> RunConfig:
 
 def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
     """``run`` with ``section.key=value`` overrides applied to its evaluation only: the run
-    config sections ([cluster] [workload] [env] [eval]); [agent] and [train] are refused (the
-    trained network and its training are fixed)."""
+    config sections ``cluster``, ``workload``, ``env`` and ``eval``; ``agent`` and ``train`` are
+    refused (the trained network and its training are fixed)."""
     base = run.base
     for text in overrides:
         head = text.split("=", 1)[0].strip().split(".")[0]

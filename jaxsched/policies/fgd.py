@@ -22,7 +22,7 @@ each case covers a run of consecutive classes, so F_n after placing on GPU g is 
 differences of per-node prefix sums over the classes (the middle one linear in f), looked up
 at the number of classes below f - d and below f. The [M, N, G] work left is four cheap
 compare-and-sum passes (the node's per-class sums, and those two counts); scoring every
-(class, node, GPU) in full took a dozen (the speed-up measured: README, "Speed and scale").
+(class, node, GPU) in full took a dozen (the speed-up measured: docs/performance.md).
 Whole-GPU and CPU-only jobs leave no GPU partly used, so their [M, N] pass stays direct.
 
 That pass over every node is what the policy falls back on. With the env's drop table
@@ -30,7 +30,7 @@ That pass over every node is what the policy falls back on. With the env's drop 
 job shape and redone only for the node an event changed (``frag.node_drops``), so a decision
 is a column lookup (``table_drops``); a job whose shape is not in the table is scored the
 full way. The FGD paper's grid (scripts/reproduce_fgd.py): same table, measured speed in
-README.md, "Speed and scale".
+docs/performance.md, "The FGD paper's grid".
 """
 
 import jax

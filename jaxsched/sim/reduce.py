@@ -38,8 +38,8 @@ def sum_last(x):
 
     In a loop compiled into one kernel (``devices.py``), XLA:CPU vectorises these adds over
     the leading axes, and a reduction over a minor axis of 8 less well: faster where it is
-    used, the per-class sums of ``frag.class_frag`` ([M, G] per event; the A/B in the README,
-    "Speed and scale"). Tried in the FGD policy's [M, N, G] sums and the
+    used, the per-class sums of ``frag.class_frag`` ([M, G] per event; the A/B in
+    docs/performance.md, "What made it fast"). Tried in the FGD policy's [M, N, G] sums and the
     env's [N, G] idle total, it was slower, so those keep ``sum``. Exact for integers.
     """
     total = x[..., 0]

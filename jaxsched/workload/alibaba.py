@@ -679,7 +679,8 @@ def trace_windows(workload: TraceWorkload, jobs_per_window: int, num_windows: in
 
 def cap_work(workload: TraceWorkload, max_work_s: float) -> TraceWorkload:
     """The jobs with their work capped at ``max_work_s`` (``report["work_capped"]``: how many
-    were). Steady state needs run times short beside an episode (README, "Loaded clusters")."""
+    were). Steady state needs run times short beside an episode
+    (docs/concepts/loaded-clusters.md)."""
     if not max_work_s > 0:
         raise DataError("cap_work", None, "max_work_s", f"must be > 0, got {max_work_s}")
     capped = workload.work_s > max_work_s

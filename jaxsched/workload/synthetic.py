@@ -132,7 +132,7 @@ class SyntheticConfig:
     max_work_s             cap on a job's work (+inf: no cap). The default, 8 h, keeps 97% of
                            openb's pods as they are but cuts its tail (94% of openb's GPU time
                            is in pods that run longer), so that a cluster reaches steady state
-                           within ~12 h of arrivals (README, "Loaded clusters").
+                           within ~12 h of arrivals (docs/concepts/loaded-clusters.md).
     target_load            if set, the work median is chosen so that the expected offered load
                            E[num_gpu * gpu_milli/1000 * work] / (cluster_capacity * mean_interarrival_s)
                            equals it; needs ``cluster_capacity``. ``median_work_s`` is then unused.

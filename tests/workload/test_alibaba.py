@@ -548,7 +548,7 @@ def test_resample_offers_the_load_in_every_part_of_the_episode(tmp_path):
 
 
 def test_raw_openb_load_is_tiny(default_csv):
-    # README: replayed as is, the trace keeps only a small share of the 6,212 GPUs busy
+    # Replayed as is, the trace keeps only a small share of the 6,212 GPUs busy
     w = A.load_openb_pods(default_csv)
     assert 0 < w.offered_load(6212) < 0.02
 
