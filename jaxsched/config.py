@@ -45,6 +45,19 @@ def check_positive_ints(obj, names) -> None:
             raise ValueError(f"{type(obj).__name__}.{name} = {value!r}: must be a positive integer")
 
 
+INT32 = (-2**31, 2**31 - 1)
+
+
+def check_seeds(obj, names, offset: int = 0) -> None:
+    """A ``ValueError`` naming ``Type.field`` for the first of ``names`` that is not an integer
+    whose keys (``jax.random.key(seed + i)``, i < ``offset`` + 1) stay in the int32 range."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not INT32[0] <= value <= INT32[1] - offset:
+            raise ValueError(f"{type(obj).__name__}.{name} = {value!r}: must be an integer in "
+                             f"[{INT32[0]}, {INT32[1] - offset}] (JAX keys are int32)")
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     """preset_nodes: size of the openb-mix preset (used unless a node list is given).
@@ -118,6 +131,7 @@ class EvalConfig:
 
     def __post_init__(self):
         check_positive_ints(self, ("episodes", "batch_size"))
+        check_seeds(self, ("seed",))
         if not self.schedulers or not all(isinstance(s, str) and s for s in self.schedulers):
             raise ValueError(f"EvalConfig.schedulers = {list(self.schedulers)!r}: must name at least one scheduler")
         for field in ("max_steps", "timeline_episodes"):

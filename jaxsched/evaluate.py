@@ -330,6 +330,8 @@ def check_loads(loads) -> tuple:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:
             raise DataError("config", None, "eval.sweep_loads",
                             f"loads must be finite numbers > 0, got {x!r}")
+        if float(x) in out:  # its episodes would be pooled: a CI too narrow
+            raise DataError("config", None, "eval.sweep_loads", f"load {x!r} is given twice")
         out.append(float(x))
     return tuple(out)
 

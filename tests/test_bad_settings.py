@@ -18,6 +18,7 @@ from jaxsched.errors import DataError
     ('eval.schedulers=[""]', "EvalConfig.schedulers"),
     ("eval.max_steps=-5", "EvalConfig.max_steps"),
     ("eval.timeline_episodes=-1", "EvalConfig.timeline_episodes"),
+    ("eval.seed=2147483648", "EvalConfig.seed"),
     ("cluster.preset_nodes=0", "ClusterConfig.preset_nodes"),
     ('cluster={node_list="a.csv", pai_machines="b.csv"}', "both given"),
 ])
@@ -30,6 +31,9 @@ def test_bad_eval_and_cluster_settings_name_the_key(override, field):
     ("gnn_ddqn", "train.chunk_updates=0", "TrainConfig.chunk_updates"),
     ("gnn_ddqn", "train.num_envs=0", "TrainConfig.num_envs"),
     ("gnn_ddqn", "train.total_updates=0", "TrainConfig.total_updates"),
+    ("gnn_ddqn", "train.reward_scale=-1.0", "TrainConfig.reward_scale"),
+    ("gnn_ddqn", "train.reward_scale=nan", "TrainConfig.reward_scale"),
+    ("gnn_ddqn", "train.seed=2147483647", "TrainConfig.seed"),  # its second run would be 2**31
     ("gnn_ddqn", "agent.hidden=0", "AgentConfig.hidden"),
     ("gnn_ddqn", "agent.batch_size=0", "AgentConfig.batch_size"),
     ("gnn_ddqn", "agent.buffer_size=8", "AgentConfig.buffer_size"),

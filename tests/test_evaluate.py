@@ -228,6 +228,10 @@ def test_unknown_set_key_exits_2_naming_the_key(tmp_path, capsys):
 def test_bad_sweep_load_exits_2_naming_the_key(tmp_path, capsys):
     assert run_cli("--loads", "0.5,-1", "--out", str(tmp_path)) == 2
     assert "eval.sweep_loads" in capsys.readouterr().err
+    assert run_cli("--sweep", "load", "--loads", "0.7,0.7,0.9", "--out", str(tmp_path)) == 2  # pooled episodes
+    assert "load 0.7 is given twice" in capsys.readouterr().err
+    assert run_cli("--set", "eval.seed=2147483648", "--out", str(tmp_path)) == 2
+    assert "EvalConfig.seed" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- outcomes, timeline

@@ -19,13 +19,14 @@ run restored from a checkpoint continues exactly as the uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxsched import policies
-from jaxsched.config import check_positive_ints
+from jaxsched.config import check_positive_ints, check_seeds
 from jaxsched.rollout import warm_up_batch
 from jaxsched.sim.env import ClusterEnv
 from jaxsched.types import EnvParams, Jobs
@@ -79,6 +80,10 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.valid_episodes = {self.valid_episodes!r}: must be an integer >= 0")
         if self.num_seeds > 1 and self.valid_episodes == 0:
             raise ValueError("TrainConfig.num_seeds > 1 needs valid_episodes > 0 (validation picks the run)")
+        check_seeds(self, ("seed", "valid_seed"), offset=self.num_seeds - 1)  # runs use seed + i
+        if isinstance(self.reward_scale, bool) or not isinstance(self.reward_scale, (int, float)) \
+                or not 0 < self.reward_scale < math.inf:
+            raise ValueError(f"TrainConfig.reward_scale = {self.reward_scale!r}: must be a finite number > 0")
 
 
 class Trainer(NamedTuple):
