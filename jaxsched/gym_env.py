@@ -83,6 +83,19 @@ def _spaces(env: gymnax_env.ClusterGymnax, params: gymnax_env.Params):
             gymnasium.spaces.Discrete(env.num_actions))
 
 
+def checked_actions(action, num_actions: int, shape: tuple) -> np.ndarray:
+    """``action`` as int64 of ``shape``; a ``ValueError`` naming it unless every entry is an
+    integer (not a bool, float or string) in [0, num_actions): Gymnasium's ``Discrete`` range.
+    (The gymnax env keeps its documented behaviour under ``jit``: out-of-range is illegal.)"""
+    arr = np.asarray(action)
+    if arr.shape != shape or arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"action {action!r}: must be {'an integer' if not shape else f'{shape[0]} integers'} "
+                         f"in [0, {num_actions}) (the flat actions of jaxsched.actions)")
+    if ((arr < 0) | (arr >= num_actions)).any():
+        raise ValueError(f"action {action!r}: out of range [0, {num_actions})")
+    return arr.astype(np.int64)
+
+
 def _seed_key(seed) -> jax.Array:
     """A key from a gymnasium seed; None: fresh entropy."""
     return jax.random.key(np.random.SeedSequence(seed).generate_state(1)[0] if seed is None else seed)
@@ -110,6 +123,7 @@ class ClusterGymEnv(gymnasium.Env):
         return np.array(self._ep.obs.features), {"action_mask": self.action_masks()}
 
     def step(self, action):
+        action = checked_actions(action, self.action_space.n, ())
         self._ep, reward, terminated, truncated, legal = self._advance(self._ep, jnp.int32(action))
         terminated, truncated = bool(terminated), bool(truncated)
         info = {"action_mask": self.action_masks(), "legal": bool(legal)}
@@ -159,7 +173,7 @@ class ClusterGymVectorEnv(gymnasium.vector.VectorEnv):
     def step(self, actions):
         """Step every env; an env whose episode ended at the last step starts a new one
         instead (NEXT_STEP: its action is ignored; reward 0, not terminated or truncated)."""
-        actions = jnp.asarray(np.asarray(actions), jnp.int32)
+        actions = jnp.asarray(checked_actions(actions, self.single_action_space.n, (self.num_envs,)), jnp.int32)
         eps, reward, terminated, truncated, legal = self._step(self._eps, actions)
         due = self._autoreset
         if due.any():  # the resets run only then, all envs' kept where due

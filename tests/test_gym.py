@@ -170,12 +170,23 @@ def test_illegal_actions_cannot_hang_an_episode(gym_env):
     assert info["metrics"]["done"] == 0 and info["metrics"]["rejected"] == 0
 
 
+def test_gymnasium_refuses_actions_outside_its_discrete_space(gym_env):
+    gym_env.reset(seed=0)
+    n = gym_env.action_space.n
+    for bad in (-1, n, 2**31 - 1, 0.7, float("inf"), True, "3", [1, 2]):
+        with pytest.raises(ValueError, match="action"):
+            gym_env.step(bad)
+    gym_env.step(np.int64(n - 1))  # any integer type in range is an action (here: wait)
+
+
 def test_make_vec_64_envs_run_every_episode_to_its_end(gym_env):
     envs = gymnasium.make_vec(ID, num_envs=64, vectorization_mode="vector_entry_point", **TINY)
     assert envs.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.NEXT_STEP
     rng = np.random.default_rng(1)
     obs, info = envs.reset(seed=10)
     assert obs.shape == (64,) + envs.single_observation_space.shape
+    with pytest.raises(ValueError, match="64 integers"):
+        envs.step(np.zeros(3, int))  # one action per env
     first_jobs = np.asarray(envs.unwrapped._eps.state.sim.jobs.arrival_s)
     ended = np.zeros(64, bool)
     for _ in range(envs.unwrapped.params.max_steps_in_episode):
