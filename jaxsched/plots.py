@@ -150,6 +150,26 @@ def metric_bars(summary: pd.DataFrame, metrics, path, by: str = "scheduler") -> 
     return _save(fig, path)
 
 
+def paired(frame: pd.DataFrame, agent: str, path, label: str = "mean JCT (s)") -> Path | None:
+    """The agent minus each baseline on the same episodes: the mean difference and its 95% CI
+    per baseline (``train.paired_differences``' frame), against a line at 0. Green where the CI
+    lies below 0, red above, grey across it: a 1% difference that bars from zero hide."""
+    if frame.empty:
+        return None
+    frame = frame.sort_values("diff_mean")
+    fig = _figure(6.5, 0.4 * len(frame) + 1.3)
+    ax = fig.subplots()
+    for y, row in enumerate(frame.itertuples()):
+        color = "tab:green" if row.diff_ci95_hi < 0 else "tab:red" if row.diff_ci95_lo > 0 else "tab:gray"
+        ax.errorbar(row.diff_mean, y, xerr=[[row.diff_mean - row.diff_ci95_lo], [row.diff_ci95_hi - row.diff_mean]],
+                    fmt="o", color=color, capsize=3)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(frame)), [str(b) for b in frame["baseline"]], fontsize=8)
+    ax.set(xlabel=f"{agent} minus baseline, {label}", title="paired on the held-out episodes (95% CI)")
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
 def sweep(summary: pd.DataFrame, metrics, path) -> Path | None:
     """Each metric against offered load (mean, 95% CI error bars), one line per scheduler.
 

@@ -24,7 +24,7 @@ Writes under ``eval.out_dir`` (``results/runs/<run>/``):
   checkpoints/        orbax checkpoints every ``train.checkpoint_every`` updates and at the end
                       (every run and the agent kept so far)
   per_episode.csv, summary.csv, summary.md, paired.csv   held-out evaluation
-  learning_curve.png, comparison.png, jct_cdf.png, config.json
+  learning_curve.png, comparison.png, paired.png (the agent minus each baseline, 95% CI), jct_cdf.png, config.json
   train_run.json      the settings the checkpoints are trained with (``run_identity``)
 ``--resume`` continues from the last checkpoint of the same folder; the result equals that
 of an uninterrupted run (the checkpoint holds every bit of the runner, RNG key included).
@@ -79,7 +79,7 @@ from jaxsched import agents, compile_cache
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import evaluate as ev
-from jaxsched import outputs, policies, report
+from jaxsched import outputs, plots, policies, report
 from jaxsched.agents import checkpoint, training
 from jaxsched.errors import DataError
 from jaxsched.sim.env import ClusterEnv
@@ -711,6 +711,8 @@ def main(argv=None) -> int:
             f"{throughput['updates_per_s']:.1f} updates/s, {run.train.num_seeds} runs together "
             f"({throughput['backend']}).\n")
         plot(out_dir, run.learner, log, valid_log, per_episode, summary)
+        first = run.learner.paired_metrics[0]  # the learner's headline metric (JCT; DRR: fragmentation rate)
+        plots.paired(paired[first], name, out_dir / "paired.png", PAIRED_TITLES.get(first, first))
         info.update(eval=eval_info)
         print(table)
         print(paired_md)
