@@ -117,7 +117,7 @@ for p in $PHASES; do
       phase bench64 110 "$PYTHON" scripts/bench.py --nodes 64 --batches $B64 --jobs $J64 --runs 2 --schedulers $SCHEDULERS \
           --compile-threads 9 --ref-decisions 0 --no-compile-cache --out "$WORK/bench" --name bench_gpu_64 ;;
     ddqn)  # GNN-DDQN's GPU preset, one run of its envs, no validation: training throughput
-      phase ddqn 110 "${TRAIN[@]}" --config configs/gnn_ddqn_gpu.toml --no-eval --max-train-s 70 \
+      phase ddqn 180 "${TRAIN[@]}" --config configs/gnn_ddqn_gpu.toml --no-eval --max-train-s 70 \
           --set train.total_updates=100000 --set train.chunk_updates=50 --set train.checkpoint_every=0 \
           --set train.num_seeds=1 --set train.valid_episodes=0 "${DDQN_SET[@]}" --out "$WORK/ddqn_short" ;;
     drr)  # DRR's GPU preset, the same way
@@ -128,9 +128,11 @@ for p in $PHASES; do
       # shellcheck disable=SC2086
       phase bench1213 100 "$PYTHON" scripts/bench.py --nodes 1213 --batches $B1213 --jobs $J1213 --runs 2 --schedulers $SCHEDULERS \
           --compile-threads 9 --ref-decisions 0 --no-compile-cache --out "$WORK/bench" --name bench_gpu_1213 ;;
-    main)  # the main job's GPU preset, its training cut to MAIN_TRAIN_S, two baselines beside the agent
+    main)  # the main job's GPU preset, its training cut to MAIN_TRAIN_S (chunks of 100 updates, so the
+           # time limit can stop it), two baselines beside the agent
       phase main 420 "${TRAIN[@]}" --config configs/gnn_ddqn_gpu.toml --max-train-s "$MAIN_TRAIN_S" \
-          --baselines first-fit,sjf --set train.checkpoint_every=0 "${MAIN_SET[@]}" --out "$WORK/main" ;;
+          --baselines first-fit,sjf --set train.checkpoint_every=0 --set train.chunk_updates=100 "${MAIN_SET[@]}" \
+          --out "$WORK/main" ;;
     *) echo "unknown phase $p (preflight bench64 ddqn bench1213 drr main)" ;;
   esac
 done
