@@ -108,7 +108,7 @@ def warm_up_batch(env: ClusterEnv, policy: Callable, env_params: EnvParams, stat
     GPU runs ``lax.map``'s episodes one after another, thousands of small kernels each step).
     The episodes are the same either way (tests/agents/test_training.py)."""
     if alone is None:
-        alone = jax.default_backend() == "cpu"
+        alone = default_chunk() is not None  # the rollout's own CPU/GPU choice
     one = lambda s, o, k: warm_up(env, policy, env_params, s, o, k)  # noqa: E731
     if alone:
         return jax.lax.map(lambda c: one(*c), (state, obs, keys))

@@ -101,15 +101,16 @@ def main(argv=None) -> int:
         for program, (run, compile_s) in compiled:
             row = {"nodes": num_nodes, "gpus": nodes.total_gpus, "scheduler": program.scheduler,
                    "batch": program.batch, "compile_s": round(compile_s, 3), "program_bytes": program_bytes(run)}
+            fits = not (row["program_bytes"] and limit and row["program_bytes"] > limit)  # else it cannot allocate
+            result = None
             try:
-                if row["program_bytes"] and limit and row["program_bytes"] > limit:  # would fail to allocate
-                    raise MemoryError(f"RESOURCE_EXHAUSTED: needs {row['program_bytes']:,} bytes of {limit:,}")
-                result, sample_jobs = measure(run, program, args.runs)
+                if fits:
+                    result, sample_jobs = measure(run, program, args.runs)
             except Exception as err:  # noqa: BLE001 - an OOM is a result; anything else re-raised
                 if not out_of_memory(err):
                     raise
+            if result is None:
                 row.update(error="out of memory", decisions_per_s=None)
-                del run
             else:
                 row.update(result)
                 if (program.scheduler not in ref and program.scheduler in ("first-fit", "best-fit")
