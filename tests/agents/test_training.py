@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jaxsched import evaluate as ev
+from jaxsched import experiment
 from jaxsched import train as train_lib
 from jaxsched.agents import checkpoint
 from jaxsched.errors import DataError
@@ -72,13 +72,38 @@ def test_resume_falls_back_past_a_corrupt_checkpoint_and_says_what_the_log_lost(
     resumed = train_lib.train(run, cut, resume=True, show_progress=False)
     err = capfd.readouterr().err
     assert "checkpoints/20 cannot be read" in err and "trying the one before" in err
+    assert "moved aside to 20.corrupt" in err and "restored checkpoint" in err
     assert "train_log.csv holds" in err  # rows lost to the cut, said
     _leaves_equal(resumed.runners, whole.runners)  # continued from checkpoint 10, exactly
+    mgr = checkpoint.manager(cut / "checkpoints")
+    assert list(mgr.all_steps()) == [20, 30]  # 20 saved again, not skipped as already there
+    mgr.close()
+    assert checkpoint.corrupt_steps(cut / "checkpoints") == [20]
     log.unlink()
     (cut / "valid_log.csv").unlink(missing_ok=True)
     more = dataclasses.replace(run, train=dataclasses.replace(run.train, total_updates=40))
     train_lib.train(more, cut, resume=True, show_progress=False)  # a longer run may continue
     assert "train_log.csv cannot be read" in capfd.readouterr().err
+
+
+def test_checkpoint_flag_and_resume_agree_on_the_newest_intact_step_past_an_emptied_one(tmp_path, capfd):
+    # The latest step folder emptied (files deleted): every reader gets step 10, and says so.
+    run = tiny_run("train.total_updates=30")
+    cut = tmp_path / "cut"
+    train_lib.train(run, cut, show_progress=False, stop_after=20)  # keeps checkpoints 10 and 20
+    train_lib.train(run, tmp_path / "ten", show_progress=False, stop_after=10)
+    _, at_10 = train_lib.load_trained(run, tmp_path / "ten")  # the agent of checkpoint 10
+    for f in sorted((cut / "checkpoints" / "20").rglob("*"), reverse=True):
+        f.rmdir() if f.is_dir() else f.unlink()
+    for _ in range(2):  # --checkpoint DIR, twice: the same agent both times, the loss said
+        _, selection = train_lib.load_trained(run, cut)
+        _leaves_equal(selection, at_10)
+        assert "not the newer 20.corrupt" in capfd.readouterr().err
+    resumed = train_lib.train(run, cut, resume=True, show_progress=False)  # --resume: from 10 too
+    assert np.asarray(resumed.runners.update).tolist() == [30]
+    assert "not the newer 20.corrupt" in capfd.readouterr().err
+    _, selection = train_lib.load_trained(run, cut)
+    assert int(selection.update) == 30 and "corrupt" not in capfd.readouterr().err
 
 
 def test_resume_refuses_what_it_cannot_continue(tmp_path):
@@ -195,10 +220,10 @@ def test_eval_overrides_change_the_evaluation_only(tmp_path):
 
 def _mean_jct(run, policy, policy_params, gpu_rule):
     config = run.base
-    nodes = ev.build_nodes(config)
-    jobs, frag, _ = ev.build_workload(config, nodes)
+    nodes = experiment.build_nodes(config)
+    jobs, frag, _ = experiment.build_workload(config, nodes)
     env_params = train_lib.setup(run)[1]
-    keys = ev.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
+    keys = experiment.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
     env = ClusterEnv(dataclasses.replace(config.env, gpu_rule=gpu_rule))
     metrics = jax.jit(lambda pp, j, k: rollout(env, policy, pp, env_params, j, k, 400)[1])(
         policy_params, jobs, keys)
