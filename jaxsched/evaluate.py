@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
@@ -45,111 +44,11 @@ from tqdm import tqdm
 from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
-from jaxsched import compile_cache, outputs, paths, policies, report
+from jaxsched import compile_cache, experiment, outputs, policies, report
 from jaxsched.errors import DataError
 from jaxsched.rollout import TURNS, rollout_timeline, sharded_rollout
 from jaxsched.sim.env import ClusterEnv
-from jaxsched.types import EnvParams, to_device
-from jaxsched.workload import alibaba, classes, synthetic
-
-
-def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
-    """The cluster's node table from the config (node list, PAI machines, or a preset)."""
-    c = config.cluster
-    if c.node_list:
-        return cl.load_openb_nodes(paths.resolve_data_path(c.node_list))
-    if c.pai_machines:
-        return cl.load_pai_machines(paths.resolve_data_path(c.pai_machines))
-    return cl.preset(c.preset_nodes)
-
-
-def episode_keys(seed: int, num_episodes: int, stream: int):
-    """[E] keys; episode i's key depends only on (seed, stream, i), not on batching."""
-    base = jax.random.fold_in(jax.random.key(seed), stream)
-    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_episodes))
-
-
-def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
-    """The openb pod list of ``workload.trace`` (dynamic mode)."""
-    if not w.trace:
-        raise DataError("config", None, "workload.trace", "source 'openb' needs a pod-list path")
-    return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict)
-
-
-def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,
-                   seed: int, target_load: float, span_field: str, max_work_s: float = math.inf,
-                   replay: str = "windows"):
-    """([E, J] numpy ``Jobs``, compression factors): episodes of ``jobs_per_window`` jobs
-    from the part ``span`` of ``trace``, work capped at ``max_work_s``, at offered load
-    ``target_load`` on the cluster's work capacity (jobs no node can hold count as no work).
-    ``replay`` "windows": ``num_windows`` windows of consecutive arrivals, each
-    time-compressed (the factors are returned); "resample": pods drawn with replacement,
-    Poisson arrivals (``alibaba.resample``; factors are NaN)."""
-    part = alibaba.cap_work(alibaba.trace_part(trace, span, span_field), max_work_s)
-    capacity = cl.work_capacity(nodes)
-    if replay == "resample":
-        episodes = alibaba.resample(part, jobs_per_window, num_windows, seed, capacity, target_load,
-                                    runnable=~part.unschedulable_mask(nodes))
-        factors = [math.nan] * len(episodes)
-    elif replay == "windows":
-        windows = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
-        compressed = [alibaba.compress_to_load(win, capacity, target_load,
-                                               runnable=~win.unschedulable_mask(nodes)) for win in windows]
-        episodes, factors = [c for c, _ in compressed], [f for _, f in compressed]
-    else:
-        raise DataError("config", None, "workload.replay", f"must be 'windows' or 'resample', got {replay!r}")
-    jobs = jax.tree.map(lambda *x: np.stack(x), *[e.to_jobs(pad_to=jobs_per_window) for e in episodes])
-    return jobs, factors
-
-
-def with_capacity(syn: synthetic.SyntheticConfig, nodes: cl.NodeTable) -> synthetic.SyntheticConfig:
-    """``syn`` with ``cluster_capacity`` filled in from the cluster when a target load needs it."""
-    if syn.target_load is not None and syn.cluster_capacity is None:
-        syn = syn.replace(cluster_capacity=cl.work_capacity(nodes))
-    return syn
-
-
-def check_measurement(config: cfg_lib.Config) -> None:
-    """The measured jobs must lie inside every episode: a ``DataError`` naming the keys if not."""
-    e, w = config.env, config.workload
-    jobs, key = ((w.synthetic.num_jobs, "workload.synthetic.num_jobs") if w.source == "synthetic"
-                 else (w.window_jobs, "workload.window_jobs"))
-    if e.warmup_jobs + max(e.measured_jobs, 1) > jobs:
-        raise DataError("config", None, "env.warmup_jobs",
-                        f"warm-up {e.warmup_jobs} + measured {e.measured_jobs} jobs do not fit in "
-                        f"episodes of {jobs} jobs ({key})")
-
-
-def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
-    """Jobs for every episode ([E, J] arrays), FGD's target workload, and a report dict."""
-    w, episodes = config.workload, config.eval.episodes
-    check_measurement(config)
-    if w.source == "synthetic":
-        syn = with_capacity(w.synthetic, nodes)
-        syn.validate()
-        keys = episode_keys(config.eval.seed, episodes, stream=0)
-        jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
-        # FGD's target workload of the synthetic mix: the class table, each row repeated by weight.
-        rows = np.repeat(np.asarray(syn.job_classes), np.asarray(syn.job_classes)[:, 4], axis=0)
-        frag = classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))
-        info = {"source": "synthetic", "jobs_per_episode": syn.num_jobs,
-                "mean_interarrival_s": syn.mean_interarrival_s,
-                "median_work_s": synthetic.effective_median_work_s(syn),
-                "expected_offered_load": synthetic.expected_offered_load(syn, cl.work_capacity(nodes))}
-        return jobs, frag, info
-    if w.source == "openb":
-        trace = load_trace(w)
-        unschedulable, names = trace.check_schedulable(nodes, strict=w.strict)
-        jobs, factors = trace_episodes(trace, nodes, w.trace_span, w.window_jobs, episodes,
-                                       config.eval.seed, w.target_load, "workload.trace_span",
-                                       w.max_work_s, w.replay)
-        info = {"source": "openb", "trace": w.trace, "replay": w.replay, "jobs_per_episode": w.window_jobs,
-                "left_out_pending": trace.report.get("left_out_pending", 0),
-                "unschedulable_jobs": unschedulable, "target_load": w.target_load,
-                "max_work_s": w.max_work_s, "trace_span": list(w.trace_span),
-                "compress_factor_min": min(factors), "compress_factor_max": max(factors)}
-        return to_device(jobs), trace.frag_classes(), info
-    raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")
+from jaxsched.types import EnvParams
 
 
 DEFAULT_SWEEP_LOADS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1)
@@ -250,19 +149,10 @@ class Evaluation:
     timeline: pd.DataFrame | None = None
 
 
-def _setup(config: cfg_lib.Config, nodes: cl.NodeTable):
-    """Workload, env params, step cap and episode keys of one run of ``config``."""
-    jobs, frag, info = build_workload(config, nodes)
-    params = to_device(EnvParams(cl.to_cluster(nodes), frag))
-    max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
-    env_keys = episode_keys(config.eval.seed, config.eval.episodes, stream=1)
-    return jobs, params, max_steps, env_keys, info
-
-
 def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
     """Run every configured scheduler on the same episodes (see the module doc)."""
-    nodes = build_nodes(config)
-    jobs, params, max_steps, env_keys, info = _setup(config, nodes)
+    nodes = experiment.build_nodes(config)
+    jobs, params, max_steps, env_keys, info = experiment.episodes(config, nodes)
     host_jobs = jax.device_get(jobs)
     rho = report.offered_load(host_jobs, cl.work_capacity(nodes))
     static = config.env.mode == "static"
@@ -305,24 +195,6 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
                       pd.concat(timelines, ignore_index=True) if timelines else None)
 
 
-def with_load(config: cfg_lib.Config, load: float, nodes: cl.NodeTable) -> cfg_lib.Config:
-    """``config`` with the workload's offered load set to ``load`` by the arrival rate, the
-    work distribution kept (as published load sweeps do): synthetic, the mean inter-arrival
-    scaled by (its load / ``load``) with the work median the config gives; openb, the trace
-    windows compressed to ``load``. The same episode keys then give the same jobs, arriving
-    faster or slower."""
-    w = config.workload
-    if w.source == "synthetic":
-        syn = with_capacity(w.synthetic, nodes)
-        base = synthetic.expected_offered_load(syn, cl.work_capacity(nodes))
-        syn = syn.replace(target_load=None, median_work_s=synthetic.effective_median_work_s(syn),
-                          mean_interarrival_s=syn.mean_interarrival_s * base / float(load))
-        w = dataclasses.replace(w, synthetic=syn)
-    else:
-        w = dataclasses.replace(w, target_load=float(load))
-    return dataclasses.replace(config, workload=w)
-
-
 def check_loads(loads) -> tuple:
     """The sweep's loads as floats; a ``DataError`` naming eval.sweep_loads if one is bad."""
     out = []
@@ -345,7 +217,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
     maximum sustainable load per scheduler (``report.max_sustainable_load``), info).
     """
     loads = check_loads(config.eval.sweep_loads)
-    nodes = build_nodes(config)
+    nodes = experiment.build_nodes(config)
     runs = [(name, None) for name in config.eval.schedulers] + list(agents)
     total = config.eval.episodes * len(runs) * len(loads)
     frames, infos = [], {}
@@ -354,8 +226,8 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
     with tqdm(total=total, desc="sweep", unit="ep", disable=not show_progress) as bar:
         try:
             for load in loads:
-                c = with_load(config, load, nodes)
-                jobs, params, max_steps, env_keys, info = _setup(c, nodes)
+                c = experiment.with_load(config, load, nodes)
+                jobs, params, max_steps, env_keys, info = experiment.episodes(c, nodes)
                 rho = report.offered_load(jax.device_get(jobs), cl.work_capacity(nodes))
                 infos[str(load)] = info
                 for sched, policy_params in runs:

@@ -52,7 +52,7 @@ from gymnax.environments import environment, spaces
 
 from jaxsched import actions
 from jaxsched import config as cfg_lib
-from jaxsched import evaluate
+from jaxsched import experiment
 from jaxsched.agents import ddqn
 from jaxsched.cluster import to_cluster
 from jaxsched.sim.env import ClusterEnv, EnvConfig
@@ -225,10 +225,10 @@ def make(num_nodes: int = 8, num_jobs: int = 64, load: float = 0.9, window: int 
         base, cluster=dataclasses.replace(base.cluster, preset_nodes=num_nodes), workload=w,
         env=dataclasses.replace(base_env, window=window, **env),
         eval=dataclasses.replace(base.eval, episodes=trace_windows if workload == "openb" else 1, seed=seed))
-    nodes = evaluate.build_nodes(run)
-    jobs, frag, _ = evaluate.build_workload(run, nodes)
+    nodes = experiment.build_nodes(run)
+    jobs, frag, _ = experiment.build_workload(run, nodes)
     sim = to_device(EnvParams(to_cluster(nodes), frag))
     params = Params(sim=sim, bank=jobs if workload == "openb" else None,
-                    synthetic=evaluate.with_capacity(w.synthetic, nodes).validate(),
+                    synthetic=experiment.with_capacity(w.synthetic, nodes).validate(),
                     max_steps_in_episode=max_steps or 3 * num_jobs + 100)
     return ClusterGymnax(run.env, params, allow_reject, allow_wait), params

@@ -76,14 +76,12 @@ from tqdm import tqdm
 
 from jaxsched.devices import configure_cpu
 from jaxsched import agents, compile_cache
-from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import evaluate as ev
-from jaxsched import outputs, plots, policies, report
+from jaxsched import experiment, outputs, plots, policies, report
 from jaxsched.agents import checkpoint, training
 from jaxsched.errors import DataError
 from jaxsched.sim.env import ClusterEnv
-from jaxsched.types import EnvParams, to_device
 
 DEFAULT_CONFIG = "configs/gnn_ddqn.toml"
 COMMON_LOG_FIELDS = ("update", "run", "env_steps", "episodes_finished", "return", "train_mean_jct_s",
@@ -197,7 +195,7 @@ def _is_toml_value(text: str) -> bool:
 def check_derived(run: RunConfig, derived: dict) -> None:
     """Published flags that follow from the config (``--init_dim`` = 56 x nodes,
     ``--action_space`` = nodes, ``--scheduler DRR``) must agree with it."""
-    nodes = len(ev.build_nodes(run.base))
+    nodes = len(experiment.build_nodes(run.base))
     want = {"action_space": nodes, "init_dim": agents.drr.NODE_FEATURES * nodes}
     for key, value in derived.items():
         if key == "scheduler":
@@ -285,22 +283,9 @@ def setup(run: RunConfig):
     config, or for ``workload.source = "openb"`` a bank of ``train.trace_windows`` trace
     windows of ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace
     (compressed to ``workload.target_load``; see ``training.make_reset``)."""
-    config, tc = run.base, run.train
-    nodes = ev.build_nodes(config)
-    w = config.workload
-    if w.source == "openb":
-        trace = ev.load_trace(w)
-        trace.check_schedulable(nodes, strict=w.strict)  # as ev.build_workload: strict refuses
-        workload, _ = ev.trace_episodes(trace, nodes, tc.trace_span, tc.train_jobs, tc.trace_windows,
-                                        tc.seed, w.target_load, "train.trace_span", w.max_work_s, w.replay)
-        frag = trace.frag_classes()  # as ev.build_workload's
-    else:
-        _, frag, _ = ev.build_workload(dataclasses.replace(
-            config, eval=dataclasses.replace(config.eval, episodes=1)), nodes)
-        workload = w.synthetic
-        if workload.target_load is not None and workload.cluster_capacity is None:
-            workload = workload.replace(cluster_capacity=cl.work_capacity(nodes))
-    env_params = to_device(EnvParams(cl.to_cluster(nodes), frag))
+    config = run.base
+    nodes = experiment.build_nodes(config)
+    env_params, workload = experiment.training_workload(config, run.train, nodes)
     return ClusterEnv(run.learner.env_config(run.agent, config.env)), env_params, workload, nodes
 
 
@@ -503,8 +488,7 @@ def agent_episodes(config: cfg_lib.Config, scheduler: policies.Scheduler):
     ``Trainer.scheduler``) on the episodes of ``config``, through ``evaluate.run_scheduler``:
     the episodes, env keys, rollout and batching of every heuristic in ``jaxsched.evaluate``.
     Compiled once, so it can be called for many ``params``."""
-    nodes = ev.build_nodes(config)
-    jobs, env_params, max_steps, env_keys, _ = ev._setup(config, nodes)
+    jobs, env_params, max_steps, env_keys, _ = experiment.episodes(config, experiment.build_nodes(config))
 
     def play(params) -> dict:
         frame, _ = ev.run_scheduler(scheduler, config, env_params, jobs, env_keys, max_steps,
@@ -520,7 +504,7 @@ def evaluate_agent(run: RunConfig, trainer: training.Trainer, params, show_progr
     held-out episodes of ``[eval]``.
 
     Returns (per-episode frame, summary frame, info). Same jobs, env keys and rollout as
-    ``jaxsched.evaluate`` (``build_workload``, ``episode_keys(seed, E, stream=1)``).
+    ``jaxsched.evaluate`` (``experiment.episodes``).
     """
     config = dataclasses.replace(run.base, eval=dataclasses.replace(
         run.base.eval, schedulers=tuple(baselines or policies.REGISTRY)))

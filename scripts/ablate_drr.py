@@ -103,10 +103,10 @@ def main(argv=None) -> int:
         print(f"   {name}: mean JCT {frame.jct_mean.mean():,.0f} s, fragmentation rate "
               f"{frame.frag_rate.mean():.4f}, GPU allocation {frame.gpu_alloc.mean():.4f} "
               f"({timings[name]:.0f} s)", flush=True)
-    from jaxsched import evaluate as ev
+    from jaxsched import evaluate as ev, experiment
     from jaxsched.policies import get
-    nodes = ev.build_nodes(base_run.base)
-    jobs, env_params, max_steps, env_keys, _ = ev._setup(base_run.base, nodes)
+    nodes = experiment.build_nodes(base_run.base)
+    jobs, env_params, max_steps, env_keys, _ = experiment.episodes(base_run.base, nodes)
     for name in baselines:
         result, _ = ev.run_scheduler(get(name), base_run.base, env_params, jobs, env_keys, max_steps)
         frames.append(result.drop(columns=["scheduler"]).assign(variant=name)[frames[0].columns])

@@ -39,6 +39,7 @@ import numpy as np
 from jaxsched import compile_cache
 from jaxsched import cluster as cl
 from jaxsched import evaluate as ev
+from jaxsched import experiment
 from jaxsched import policies, report, train
 from jaxsched.devices import configure_cpu
 from jaxsched.policies.best_fit import best_fit_scores
@@ -102,8 +103,8 @@ def main(argv=None) -> int:
     compile_cache.enable_from_args(args)
     run = train.load(args.config, [f"eval.episodes={args.episodes}", f"eval.batch_size={args.episodes}"])
     config = run.base
-    nodes = ev.build_nodes(config)
-    jobs, params, max_steps, env_keys, _ = ev._setup(config, nodes)
+    nodes = experiment.build_nodes(config)
+    jobs, params, max_steps, env_keys, _ = experiment.episodes(config, nodes)
     rho = float(np.mean(report.offered_load(jobs, cl.work_capacity(nodes))))
     runs = [(name, policies.get(name).policy, ClusterEnv(policies.get(name).env_config(config.env)))
             for name in ("first-fit", "hops")]

@@ -34,6 +34,7 @@ from jaxsched.devices import configure_cpu
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import evaluate as ev
+from jaxsched import experiment
 from jaxsched import report
 from jaxsched.types import GPU_MILLI
 
@@ -96,12 +97,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     compile_cache.enable_from_args(args)
     base = cfg_lib.load(args.config, args.set)
-    nodes = ev.build_nodes(base)
+    nodes = experiment.build_nodes(base)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, summary = [], []
     for load in args.loads:
-        config = ev.with_load(base, load, nodes)
+        config = experiment.with_load(base, load, nodes)
         syn = config.workload.synthetic
         num_jobs = int(math.ceil(args.hours * 3600.0 / syn.mean_interarrival_s))
         config = dataclasses.replace(
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
             env=dataclasses.replace(config.env, warmup_jobs=0, measured_jobs=0),
             eval=dataclasses.replace(config.eval, episodes=args.episodes, batch_size=args.episodes,
                                      schedulers=tuple(args.schedulers)))
-        jobs, params, max_steps, env_keys, info = ev._setup(config, nodes)
+        jobs, params, max_steps, env_keys, info = experiment.episodes(config, nodes)
         host_jobs = jax.device_get(jobs)
         work = np.asarray(host_jobs.work_s, np.float64)[np.asarray(host_jobs.valid)]
         residual_h = (work ** 2).mean() / (2 * work.mean()) / 3600.0  # at speed 1.0
@@ -132,7 +133,6 @@ def main(argv=None) -> int:
             print(summary[-1], flush=True)
     frame = pd.DataFrame(rows)
     frame.to_csv(out / "steady_state.csv", index=False)
-    table = pd.DataFrame(summary)
     command = "python scripts/steady_state.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"Command: `{command}` ({len(nodes)} nodes, {args.episodes} episodes of {args.hours} h "
              f"of arrivals from an empty cluster; plateau = mean over hours {args.hours // 2}.."

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from jaxsched import config as cfg_lib
-from jaxsched import evaluate
+from jaxsched import experiment
 from jaxsched import train as train_lib
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.toml"))
@@ -24,7 +24,7 @@ def test_shipped_config_loads(path):
         assert cfg_lib.load(path) == config  # evaluate reads a training config's heuristics setting
     else:
         config = cfg_lib.load(path)
-    evaluate.check_measurement(config)  # the measured jobs lie inside its episodes
+    experiment.check_measurement(config)  # the measured jobs lie inside its episodes
 
 
 def test_configs_found():

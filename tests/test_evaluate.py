@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from jaxsched import cluster as cl
-from jaxsched import evaluate, report
+from jaxsched import evaluate, experiment, report
 from jaxsched.rollout import rollout, rollout_timeline
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, to_device
@@ -252,7 +252,7 @@ def small_batch(num_eps=6, num_jobs=40):
     nodes = cl.preset(NODES)
     syn = synthetic.SyntheticConfig(num_jobs=num_jobs, mean_interarrival_s=15.0, target_load=3.0,
                                     cluster_capacity=cl.work_capacity(nodes), model_constraint_prob=0.2)
-    keys = evaluate.episode_keys(3, num_eps, stream=1)
+    keys = experiment.episode_keys(3, num_eps, stream=1)
     jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
     frag = classes.target_workload([4000, 4000], [1000, 500], [1, 1], ["", ""])  # cpu, gpu, num
     return to_device(EnvParams(cl.to_cluster(nodes), frag)), jobs, keys

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxsched import evaluate as ev
+from jaxsched import experiment
 from jaxsched import train as train_lib
 from jaxsched.agents import drr
 from jaxsched.policies import get
@@ -264,8 +265,8 @@ def test_load_sweep_runs_a_trained_agent_beside_the_heuristics_at_each_load():
     per_episode, _, max_load, _ = ev.sweep_load(config, show_progress=False, agents=[(tr.scheduler, params)])
     assert list(max_load.scheduler) == ["fgd", tr.scheduler.name]
     rows = per_episode[per_episode.scheduler == tr.scheduler.name]
-    nodes = ev.build_nodes(config)
+    nodes = experiment.build_nodes(config)
     for load in (0.5, 1.2):
-        alone = train_lib.agent_episodes(ev.with_load(config, load, nodes), tr.scheduler)(params)
+        alone = train_lib.agent_episodes(experiment.with_load(config, load, nodes), tr.scheduler)(params)
         np.testing.assert_array_equal(rows[rows.load == load].jct_mean.to_numpy(), alone["jct_mean"])
     assert not np.array_equal(rows[rows.load == 0.5].jct_mean.to_numpy(), rows[rows.load == 1.2].jct_mean.to_numpy())

@@ -1,0 +1,194 @@
+"""From a run config to what a run needs: nodes, workload, env params and episode keys.
+
+The one way through the code from a ``jaxsched.config.Config`` to arrays. ``evaluate``,
+``train``, ``gymnax_env`` and the scripts all call it, so a setting read here means the same
+everywhere::
+
+    nodes = experiment.build_nodes(config)              # NodeTable: node list, PAI machines or preset
+    ep = experiment.episodes(config, nodes)             # held-out episodes: jobs, params, keys
+    ep.jobs                                             # Jobs, every field [E, J]
+    env_params, workload = experiment.training_workload(config, train, nodes)
+
+Episode i of a run is fixed by (``eval.seed``, i) alone: its jobs come from
+``episode_keys(seed, E, stream=0)`` (synthetic) or the i-th trace window, and its env key
+(tie-breaks) is ``episode_keys(seed, E, stream=1)[i]``, whatever the batch size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsched import cluster as cl
+from jaxsched import config as cfg_lib
+from jaxsched import paths
+from jaxsched.errors import DataError
+from jaxsched.types import EnvParams, Jobs, to_device
+from jaxsched.workload import alibaba, classes, synthetic
+
+
+def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
+    """The cluster's node table from the config (node list, PAI machines, or a preset)."""
+    c = config.cluster
+    if c.node_list:
+        return cl.load_openb_nodes(paths.resolve_data_path(c.node_list))
+    if c.pai_machines:
+        return cl.load_pai_machines(paths.resolve_data_path(c.pai_machines))
+    return cl.preset(c.preset_nodes)
+
+
+def episode_keys(seed: int, num_episodes: int, stream: int):
+    """[E] keys; episode i's key depends only on (seed, stream, i), not on batching."""
+    base = jax.random.fold_in(jax.random.key(seed), stream)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(num_episodes))
+
+
+def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
+    """The openb pod list of ``workload.trace`` (dynamic mode)."""
+    if not w.trace:
+        raise DataError("config", None, "workload.trace", "source 'openb' needs a pod-list path")
+    return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict)
+
+
+def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,
+                   seed: int, target_load: float, span_field: str, max_work_s: float = math.inf,
+                   replay: str = "windows"):
+    """([E, J] numpy ``Jobs``, compression factors): episodes of ``jobs_per_window`` jobs
+    from the part ``span`` of ``trace``, work capped at ``max_work_s``, at offered load
+    ``target_load`` on the cluster's work capacity (jobs no node can hold count as no work).
+    ``replay`` "windows": ``num_windows`` windows of consecutive arrivals, each
+    time-compressed (the factors are returned); "resample": pods drawn with replacement,
+    Poisson arrivals (``alibaba.resample``; factors are NaN)."""
+    part = alibaba.cap_work(alibaba.trace_part(trace, span, span_field), max_work_s)
+    capacity = cl.work_capacity(nodes)
+    if replay == "resample":
+        episodes = alibaba.resample(part, jobs_per_window, num_windows, seed, capacity, target_load,
+                                    runnable=~part.unschedulable_mask(nodes))
+        factors = [math.nan] * len(episodes)
+    elif replay == "windows":
+        windows = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
+        compressed = [alibaba.compress_to_load(win, capacity, target_load,
+                                               runnable=~win.unschedulable_mask(nodes)) for win in windows]
+        episodes, factors = [c for c, _ in compressed], [f for _, f in compressed]
+    else:
+        raise DataError("config", None, "workload.replay", f"must be 'windows' or 'resample', got {replay!r}")
+    jobs = jax.tree.map(lambda *x: np.stack(x), *[e.to_jobs(pad_to=jobs_per_window) for e in episodes])
+    return jobs, factors
+
+
+def with_capacity(syn: synthetic.SyntheticConfig, nodes: cl.NodeTable) -> synthetic.SyntheticConfig:
+    """``syn`` with ``cluster_capacity`` filled in from the cluster when a target load needs it."""
+    if syn.target_load is not None and syn.cluster_capacity is None:
+        syn = syn.replace(cluster_capacity=cl.work_capacity(nodes))
+    return syn
+
+
+def with_load(config: cfg_lib.Config, load: float, nodes: cl.NodeTable) -> cfg_lib.Config:
+    """``config`` with the workload's offered load set to ``load`` by the arrival rate, the
+    work distribution kept (as published load sweeps do): synthetic, the mean inter-arrival
+    scaled by (its load / ``load``) with the work median the config gives; openb, the trace
+    windows compressed to ``load``. The same episode keys then give the same jobs, arriving
+    faster or slower."""
+    w = config.workload
+    if w.source == "synthetic":
+        syn = with_capacity(w.synthetic, nodes)
+        base = synthetic.expected_offered_load(syn, cl.work_capacity(nodes))
+        syn = syn.replace(target_load=None, median_work_s=synthetic.effective_median_work_s(syn),
+                          mean_interarrival_s=syn.mean_interarrival_s * base / float(load))
+        w = dataclasses.replace(w, synthetic=syn)
+    else:
+        w = dataclasses.replace(w, target_load=float(load))
+    return dataclasses.replace(config, workload=w)
+
+
+def check_measurement(config: cfg_lib.Config) -> None:
+    """The measured jobs must lie inside every episode: a ``DataError`` naming the keys if not."""
+    e, w = config.env, config.workload
+    jobs, key = ((w.synthetic.num_jobs, "workload.synthetic.num_jobs") if w.source == "synthetic"
+                 else (w.window_jobs, "workload.window_jobs"))
+    if e.warmup_jobs + max(e.measured_jobs, 1) > jobs:
+        raise DataError("config", None, "env.warmup_jobs",
+                        f"warm-up {e.warmup_jobs} + measured {e.measured_jobs} jobs do not fit in "
+                        f"episodes of {jobs} jobs ({key})")
+
+
+def synthetic_target(syn: synthetic.SyntheticConfig) -> classes.TargetWorkload:
+    """FGD's target workload of a synthetic mix: its class table, each row repeated by weight."""
+    rows = np.repeat(np.asarray(syn.job_classes), np.asarray(syn.job_classes)[:, 4], axis=0)
+    return classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))
+
+
+def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
+    """Jobs for every episode ([E, J] arrays), FGD's target workload, and a report dict."""
+    w, episodes = config.workload, config.eval.episodes
+    check_measurement(config)
+    if w.source == "synthetic":
+        syn = with_capacity(w.synthetic, nodes)
+        syn.validate()
+        keys = episode_keys(config.eval.seed, episodes, stream=0)
+        jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
+        info = {"source": "synthetic", "jobs_per_episode": syn.num_jobs,
+                "mean_interarrival_s": syn.mean_interarrival_s,
+                "median_work_s": synthetic.effective_median_work_s(syn),
+                "expected_offered_load": synthetic.expected_offered_load(syn, cl.work_capacity(nodes))}
+        return jobs, synthetic_target(syn), info
+    if w.source == "openb":
+        trace = load_trace(w)
+        unschedulable, names = trace.check_schedulable(nodes, strict=w.strict)
+        jobs, factors = trace_episodes(trace, nodes, w.trace_span, w.window_jobs, episodes,
+                                       config.eval.seed, w.target_load, "workload.trace_span",
+                                       w.max_work_s, w.replay)
+        info = {"source": "openb", "trace": w.trace, "replay": w.replay, "jobs_per_episode": w.window_jobs,
+                "left_out_pending": trace.report.get("left_out_pending", 0),
+                "unschedulable_jobs": unschedulable, "target_load": w.target_load,
+                "max_work_s": w.max_work_s, "trace_span": list(w.trace_span),
+                "compress_factor_min": min(factors), "compress_factor_max": max(factors)}
+        return to_device(jobs), trace.frag_classes(), info
+    raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")
+
+
+class Episodes(NamedTuple):
+    """A run's held-out episodes (``episodes``): what every scheduler is played on."""
+
+    jobs: Jobs                # every field [E, J]
+    params: EnvParams         # the cluster and FGD's target workload, on the device
+    max_steps: int            # decisions per episode before a rollout stops (eval.max_steps or 3 J + 100)
+    env_keys: jax.Array       # [E] the env's keys (tie-breaks), stream 1 of eval.seed
+    info: dict                # the workload's report (``build_workload``)
+
+
+def episodes(config: cfg_lib.Config, nodes: cl.NodeTable) -> Episodes:
+    """The ``eval.episodes`` episodes of ``config`` on ``nodes``: jobs, env params, step cap, keys."""
+    jobs, frag, info = build_workload(config, nodes)
+    params = to_device(EnvParams(cl.to_cluster(nodes), frag))
+    max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
+    return Episodes(jobs, params, max_steps, episode_keys(config.eval.seed, config.eval.episodes, stream=1), info)
+
+
+def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
+    """(env params, training workload) of a learner's run (``train``: its ``TrainConfig``).
+
+    The training workload is ``workload.synthetic`` (capacity filled in), or for
+    ``workload.source = "openb"`` a bank of ``train.trace_windows`` trace windows of
+    ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace, compressed to
+    ``workload.target_load`` (``training.make_reset`` draws from either)."""
+    w = config.workload
+    if w.source == "openb":
+        trace = load_trace(w)
+        trace.check_schedulable(nodes, strict=w.strict)  # as build_workload: strict refuses
+        workload, _ = trace_episodes(trace, nodes, train.trace_span, train.train_jobs, train.trace_windows,
+                                     train.seed, w.target_load, "train.trace_span", w.max_work_s, w.replay)
+        frag = trace.frag_classes()
+    elif w.source == "synthetic":
+        check_measurement(config)
+        workload = with_capacity(w.synthetic, nodes)
+        workload.validate()
+        frag = synthetic_target(workload)
+    else:
+        raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")
+    return to_device(EnvParams(cl.to_cluster(nodes), frag)), workload
