@@ -9,11 +9,15 @@ Two traces (see ``shared/data/README.md``):
     on a node whose model has speed s the job then runs ``run time / s``. Pending pods
     (empty ``scheduled_time``: they never ran) have no run time; they are left out and
     counted in ``report["left_out_pending"]`` (``strict=True`` makes them an error).
+    Pods whose creation_time lies apart from all the others (``isolated_arrivals``: a
+    compressed window holding one would squeeze its other pods together) are warned about
+    and counted in ``report["isolated_arrivals"]`` (``strict=True`` refuses them).
   - *static* mode (the FGD paper's protocol, no departures): every row, sorted by ``name``
     as the paper does, arrival = position in that order (0, 1, 2, ...), ``work_s`` = 0.
     The 5-column ``multigpu`` lists (no times) support static mode only.
 * **PAI** (Alibaba 2020, "MLaaS in the Wild"): ``load_pai`` joins the task table on the job
-  table. Only ``Terminated`` tasks; arrival = the job's ``start_time`` (its submission); run
+  table (a task, ``(job_name, task_name)``, on two rows is an error). Only ``Terminated``
+  tasks; arrival = the job's ``start_time`` (its submission); run
   time = the task's ``end_time - start_time`` (taken as work at speed 1.0, as above); each
   of the task's ``inst_num`` instances becomes one job on one node. **Gang placement across
   nodes is not modelled**: an instance that asks for more GPUs than any node has is simply
@@ -54,6 +58,9 @@ MAX_TRACE_TIME_S = 1e11
 TIME = {"integer": False, "maximum": MAX_TRACE_TIME_S}
 MAX_PAI_JOBS = 20_000_000  # instances a PAI task table may expand to (the 2020 trace: ~1.2M)
 MAX_EPISODE_S = float(2 ** 24)  # float32 keeps whole seconds up to here (``TraceWorkload.to_jobs``)
+# Isolated arrivals (``isolated_arrivals``): at most this share of the pods, cut off from the
+# others by a gap longer than the others' whole span.
+ISOLATED_MAX_SHARE = 0.01
 
 OPENB_BASE_FIELDS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 OPENB_TIME_FIELDS = ("creation_time", "deletion_time", "scheduled_time")
@@ -244,6 +251,18 @@ def _check_unique(path, lines, field, values) -> None:
         raise DataError(path, int(lines[i]), field, f"duplicate {field} {str(values[i])!r} (first at line {first})")
 
 
+def _check_unique_tasks(path, lines, job_names, task_names) -> None:
+    """Every PAI task (job_name, task_name) has one row; else a ``DataError`` at the repeat
+    (a task listed twice would add its instances twice)."""
+    dup = pd.DataFrame({"job": job_names, "task": task_names}).duplicated().to_numpy()
+    i = _first_line(lines, dup)
+    if i is not None:
+        first = int(lines[int(np.flatnonzero((job_names == job_names[i]) & (task_names == task_names[i]))[0])])
+        raise DataError(path, int(lines[i]), "task_name",
+                        f"duplicate task (job_name, task_name) = ({str(job_names[i])!r}, {str(task_names[i])!r}) "
+                        f"(first at line {first}): its instances would be counted twice")
+
+
 def _columns(path, rows, lines, fields, names) -> dict:
     """Columns ``names`` of ``rows`` (laid out as ``fields``) as numpy str arrays; ragged rows fail."""
     lens = np.fromiter((len(r) for r in rows), np.int64, len(rows))
@@ -338,6 +357,56 @@ def _check_gpu_request(path, lines, num_gpu, gpu_milli) -> None:
         raise DataError(path, int(lines[i]), "gpu_milli", problem.format(g=num_gpu[i], m=gpu_milli[i]))
 
 
+def isolated_arrivals(arrival_s) -> np.ndarray:
+    """[J] bool: the arrivals cut off from the rest of the trace (``arrival_s`` sorted).
+
+    Rule: a group of at most ``ISOLATED_MAX_SHARE`` of the jobs (1%; so none in a trace of
+    fewer than 100) at either end of the trace is isolated when the gap between it and the
+    other jobs is longer than the other jobs' whole arrival span. One such timestamp puts
+    its window's span almost all into that gap, and ``compress_to_load`` then squeezes the
+    window's other jobs into a sliver of the episode. (In the openb lists the largest such
+    ratio is 0.6, except gpushare100: 7 pods 72 days before the others, which span 46 days.)
+    """
+    t = np.asarray(arrival_s, np.float64)
+    n = len(t)
+    out = np.zeros(n, bool)
+    k = int(ISOLATED_MAX_SHARE * n)
+    if k < 1:
+        return out
+    i = np.arange(k)                                   # gap i: after the first i + 1 jobs
+    head = (t[i + 1] - t[i]) > (t[-1] - t[i + 1])     # ... longer than the span of the rest
+    if head.any():
+        out[: int(i[head].max()) + 1] = True
+    j = n - 2 - np.arange(k)                          # gap j: before the last n - 1 - j jobs
+    tail = (t[j + 1] - t[j]) > (t[j] - t[0])
+    if tail.any():
+        out[int(j[tail].min()) + 1:] = True
+    return out
+
+
+def _check_isolated(path, lines, field, names, arrival_s, strict) -> int:
+    """Warn about (``strict``: refuse) ``isolated_arrivals``, naming the file, the first
+    such row and ``field``; how many there are."""
+    bad = isolated_arrivals(arrival_s)
+    if not bad.any():
+        return 0
+    t = np.asarray(arrival_s, np.float64)
+    rest = t[~bad]
+    i = int(np.flatnonzero(bad)[np.argmin(lines[bad])])  # the first in the file
+    gap = float(rest.min() - t[i]) if t[i] < rest.min() else float(t[i] - rest.max())
+    where = "before" if t[i] < rest.min() else "after"
+    shown = ", ".join(str(int(x)) for x in np.sort(lines[bad])[:5]) + (", ..." if bad.sum() > 5 else "")
+    msg = (f"{int(bad.sum())} pod(s) (lines {shown}) arrive apart from the other {len(rest)}: "
+           f"{str(names[i])!r} at {t[i]:g} s is {gap:g} s {where} them, longer than their whole "
+           f"span ({float(rest.max() - rest.min()):g} s); a trace window holding it spans that gap, "
+           f"and compressing the window to a target load squeezes its other pods together. "
+           f"Check the timestamp (strict, workload.strict in a config, refuses it)")
+    if strict:
+        raise DataError(path, int(lines[i]), field, msg)
+    log.warning("%s, line %d, field '%s': %s", path, int(lines[i]), field, msg)
+    return int(bad.sum())
+
+
 # --------------------------------------------------------------------------------------------
 # openb (Alibaba 2023)
 # --------------------------------------------------------------------------------------------
@@ -354,7 +423,9 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
     non-numeric or negative value, non-whole resource counts, deletion_time before
     scheduled_time or creation_time, num_gpu 0 with gpu_milli != 0, num_gpu >= 2 with
     gpu_milli != 1000, gpu_milli outside 1..1000 for a 1-GPU pod, an unknown model in
-    gpu_spec, an empty file.
+    gpu_spec, an empty file. In dynamic mode, pods whose creation_time lies apart from the
+    others (``isolated_arrivals``) are warned about, naming the first one's line, and
+    counted in ``report["isolated_arrivals"]``; ``strict`` refuses them.
     """
     path = Path(path)
     if mode not in ("dynamic", "static"):
@@ -425,6 +496,8 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
         order = keep[np.argsort(arrival, kind="stable")]
         arrival_s = created[order]
         work_s = deleted[order] - scheduled[order]
+        report["isolated_arrivals"] = _check_isolated(path, lines[order], "creation_time", names[order],
+                                                      arrival_s, strict)
     else:
         report["left_out_pending"] = 0
         order = np.argsort(names, kind="stable")
@@ -458,6 +531,9 @@ def load_pai(job_table_path, task_table_path, strict: bool = False) -> TraceWork
     (``report["left_out_not_terminated"]``), as are Terminated tasks whose job is missing
     from the job table (``left_out_unknown_job``) and tasks with ``inst_num == 0``
     (``left_out_zero_instances``); ``strict=True`` makes any left-out row a ``DataError``.
+    A task is ``(job_name, task_name)``: a pair on two rows (whatever their status) is a
+    ``DataError`` naming the repeat's line and the first's, as a job named twice in the job
+    table is.
 
     Each of a task's ``inst_num`` instances becomes one job (named ``job/task/i``) on one node:
     * arrival = the job's ``start_time`` in the job table (its submission);
@@ -479,6 +555,7 @@ def load_pai(job_table_path, task_table_path, strict: bool = False) -> TraceWork
     tasks, lines = _read_headerless(task_path, PAI_TASK_FIELDS)
 
     _check_unique(job_path, job_lines, "job_name", jobs["job_name"])
+    _check_unique_tasks(task_path, lines, tasks["job_name"], tasks["task_name"])
     i = _first_line(job_lines, jobs["job_name"] == "")
     if i is not None:
         raise DataError(job_path, int(job_lines[i]), "job_name", "missing value (empty)")

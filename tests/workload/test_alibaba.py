@@ -314,6 +314,45 @@ def test_times_past_float32_seconds_are_refused_not_rounded(tmp_path):
     assert window.to_jobs().arrival_s.tolist() == [0.0, 3.0]
 
 
+def _pods_at(times):
+    return OPENB_HEADER + "".join(f"p-{i},1000,1024,1,500,,LS,Running,{t:.0f},{t + 600:.0f},{t:.0f}\n"
+                                  for i, t in enumerate(times))
+
+
+def test_a_creation_time_apart_from_the_trace_is_named_and_strict_refuses_it(tmp_path, caplog):
+    # 300 pods a minute apart; one at 5e10 s (under the 1e11 cap) would make a window holding
+    # it span 5e10 s, and compress_to_load would squeeze the window's other pods into ~1 s.
+    times = 60.0 * np.arange(300)
+    times[150] = 5e10
+    p = write(tmp_path, "far.csv", _pods_at(times))
+    with caplog.at_level("WARNING", logger="jaxsched.workload.alibaba"):
+        w = A.load_openb_pods(p)
+    assert w.report["isolated_arrivals"] == 1 and len(w) == 300  # kept, counted, said
+    assert f"{p}, line 152, field 'creation_time': 1 pod(s) (lines 152)" in caplog.text
+    assert "'p-150' at 5e+10 s" in caplog.text and "after them" in caplog.text
+    with pytest.raises(DataError, match="arrive apart from the other 299") as e:
+        A.load_openb_pods(p, strict=True)
+    assert_names(e.value, p, 152, "creation_time")
+    # Two pods far before the rest: the group is named by its first line.
+    times = np.concatenate([[0.0, 10.0], 1e7 + 60.0 * np.arange(298)])
+    p = write(tmp_path, "early.csv", _pods_at(times[::-1]))  # file order: latest first
+    with pytest.raises(DataError, match=r"2 pod\(s\) \(lines 300, 301\).*'p-298' at 10 s.*before them") as e:
+        A.load_openb_pods(p, strict=True)
+    assert_names(e.value, p, 300, "creation_time")
+
+
+def test_gaps_within_the_trace_and_small_traces_are_not_isolated_arrivals(tmp_path, caplog):
+    times = 60.0 * np.arange(300)
+    times[100:] += 1e6                           # a long gap inside the trace
+    times[-1] = times[-2] + (times[-2] - times[0])  # a last gap as long as the rest's span: not longer
+    few = np.array([0.0, 60.0, 5e10])   # fewer than 100 pods: the rule does not apply
+    with caplog.at_level("WARNING", logger="jaxsched.workload.alibaba"):
+        for name, t in (("gaps.csv", times), ("few.csv", few)):
+            w = A.load_openb_pods(write(tmp_path, name, _pods_at(t)), strict=True)
+            assert w.report["isolated_arrivals"] == 0
+    assert "apart" not in caplog.text
+
+
 def test_malformed_openb_first_bad_line_wins(tmp_path):
     # line 3 has a negative value, line 4 a non-number in the same column: line 3 is named
     p = write(tmp_path, "bad.csv", OPENB_HEADER + POD_A + POD_B.replace("6000", "-6000")
@@ -471,6 +510,19 @@ def test_malformed_pai_task_table(tmp_path, task_rows, line, field, problem):
     with pytest.raises(DataError, match=problem) as e:
         A.load_pai(jobs, tasks)
     assert_names(e.value, tasks, line, field)
+
+
+def test_a_pai_task_listed_twice_is_refused_naming_both_rows_and_the_key(tmp_path):
+    jobs = write(tmp_path, "jobs.csv", JOBS)
+    for status in ("Terminated", "Failed"):  # a second row of a task, whatever its status
+        tasks = write(tmp_path, "tasks.csv", TASKS + f"jobA,worker,2.0,{status},1100.0,1600.0,600.0,29.3,50.0,T4\n")
+        with pytest.raises(DataError, match=r"duplicate task \(job_name, task_name\) = \('jobA', 'worker'\) "
+                                            r"\(first at line 1\)") as e:
+            A.load_pai(jobs, tasks)
+        assert_names(e.value, tasks, 8, "task_name")
+    # The same task name in two jobs is two tasks.
+    tasks = write(tmp_path, "tasks.csv", TASKS + "jobB,worker,1.0,Terminated,600.0,700.0,100.0,2.0,50.0,T4\n")
+    assert A.load_pai(jobs, tasks).report["tasks_used"] == 6
 
 
 def test_malformed_pai_rows_not_terminated_are_not_validated(tmp_path):
