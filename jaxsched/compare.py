@@ -123,9 +123,9 @@ def markdown(paired: pd.DataFrame, name_a: str, name_b: str) -> str:
     return "\n\n".join(tables) + "\n"
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "python -m jaxsched.compare") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m jaxsched.compare", description=__doc__.split("\n\n")[0],
+        prog=prog, description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("a", help="run A: a run folder or its per-episode CSV")
     parser.add_argument("b", help="run B: the same episodes")

@@ -17,6 +17,7 @@ applies ``section.key=value`` overrides, where value is a TOML value (``env.wind
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 import tomllib
 import typing
 from pathlib import Path
@@ -219,13 +220,45 @@ def parse_override(text: str) -> dict:
     return out
 
 
+PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"  # the checkout's configs/
+
+
+def presets() -> dict:
+    """The shipped run configs: {name: path} of ``configs/*.toml`` (name: the file's stem)."""
+    return {p.stem: p for p in sorted(PRESET_DIR.glob("*.toml"))}
+
+
+def preset_help() -> str:
+    """The presets, one line each (name and the first line of its header comment), for ``--help``."""
+    lines = ["presets (--config NAME, or a TOML path; [train]: a learner's, for jaxsched train):"]
+    for name, path in presets().items():
+        text = path.read_text()
+        first = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.startswith("#")), "")
+        kind = "[train]" if "\n[agent]" in text else ""
+        lines.append(f"  {name:15s}{kind:8s}{textwrap.shorten(first.rstrip(':'), 72, placeholder=' ...')}")
+    return "\n".join(lines)
+
+
+def resolve(path: str | Path) -> Path:
+    """A config path as given, or a preset: a name (``drr_64``) or a ``configs/...`` path from
+    any folder. Left as given when neither exists (``read_toml`` then names it)."""
+    path = Path(path)
+    if path.exists():
+        return path
+    if path.suffix == "" and str(path) in presets():
+        return presets()[str(path)]
+    in_checkout = PRESET_DIR.parent / path
+    return in_checkout if not path.is_absolute() and in_checkout.is_file() else path
+
+
 def read_toml(path: str | Path) -> dict:
     """A TOML file as a dict; a missing or malformed file raises ``DataError`` naming it."""
     path = Path(path)
     try:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise DataError(path, None, None, "config file not found") from None
+        hint = f" (nor a preset: {', '.join(presets())})" if path.suffix in ("", ".toml") else ""
+        raise DataError(path, None, None, f"config file not found{hint}") from None
     except IsADirectoryError:
         raise DataError(path, None, None, "is a folder, not a TOML config file") from None
     except UnicodeDecodeError as err:
@@ -240,11 +273,13 @@ LEARNER_SECTIONS = ("agent", "train")  # a training config's own sections (jaxsc
 
 
 def load(path: str | Path | None = None, overrides=()) -> Config:
-    """Load a run config from TOML (or defaults when ``path`` is None) plus overrides. A
+    """Load a run config from TOML (or defaults when ``path`` is None; a preset name such as
+    ``"drr_64"`` is ``configs/drr_64.toml``, see ``resolve``) plus overrides. A
     training config's [agent] and [train] are left to ``jaxsched.train``: evaluating it runs
     the heuristics on the same cluster, workload and env."""
     config = Config()
     if path is not None:
+        path = resolve(path)
         data = {k: v for k, v in read_toml(path).items() if k not in LEARNER_SECTIONS}
         config = _merge(config, data, Path(path), "")
     for text in overrides:

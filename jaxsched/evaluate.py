@@ -14,10 +14,10 @@ With ``--sweep load`` (eval.sweep_loads) every scheduler runs at each offered lo
 and ``sweep.csv`` (mean and CI per scheduler and load), ``sweep_per_episode.csv`` and
 ``sweep.png`` (each headline metric against load) are written.
 
-Examples::
+Examples (``jaxsched evaluate`` is the same command)::
 
     python -m jaxsched.evaluate                                  # built-in synthetic workload
-    python -m jaxsched.evaluate --config configs/default.toml --set eval.episodes=128
+    python -m jaxsched.evaluate --config drr_32 --set eval.episodes=128   # a preset (--help lists them)
     python -m jaxsched.evaluate --config configs/drr_32.toml --per-job
     python -m jaxsched.evaluate --sweep load --loads 0.5,0.7,0.9,1.1
     python -m jaxsched.evaluate --set workload.source=openb \\
@@ -325,11 +325,12 @@ def write_sweep(out_dir: Path, config, per_episode, summary, max_load, info) -> 
     return written
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "python -m jaxsched.evaluate") -> int:
     configure_cpu()  # XLA flags for the CPU, before JAX starts (jaxsched/devices.py)
-    parser = argparse.ArgumentParser(prog="python -m jaxsched.evaluate", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, epilog=cfg_lib.preset_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="TOML run config (default: built-in defaults)")
+    parser.add_argument("--config", help="a TOML run config or a preset's name, e.g. drr_64 "
+                                         "(default: built-in defaults, configs/default.toml's values)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. env.window=4 (repeatable)")
     parser.add_argument("--schedulers", help="comma-separated registry names")

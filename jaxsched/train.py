@@ -1,6 +1,6 @@
 """Train a learned scheduler, then evaluate it beside every baseline:
-``python -m jaxsched.train --config configs/gnn_ddqn.toml`` (the default) or
-``--config configs/drr_64.toml``.
+``jaxsched train`` (or ``python -m jaxsched.train``; ``--config gnn_ddqn``, the default) or
+``--config drr_64`` (a preset: ``configs/drr_64.toml``; ``--help`` lists them) or any TOML path.
 
 The run config is a normal run config (``[cluster] [workload] [env] [eval]``, see
 ``jaxsched.config``) plus ``[agent]`` and ``[train]``. ``[agent] kind`` picks the learner
@@ -109,7 +109,8 @@ def load(path=None, overrides=()) -> RunConfig:
     """A ``RunConfig`` from TOML (``[agent]`` and ``[train]`` beside the usual sections)."""
     data, where = {}, "config"
     if path is not None:
-        where, data = Path(path), cfg_lib.read_toml(path)
+        path = cfg_lib.resolve(path)  # a preset name works too
+        where, data = path, cfg_lib.read_toml(path)
     extra = {"agent": data.pop("agent", {}), "train": data.pop("train", {})}
     base_overrides = []
     for text in overrides:
@@ -597,11 +598,12 @@ def plot(out_dir: Path, learner: agents.Learner, log: pd.DataFrame, valid_log: p
     plt.close(fig)
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "python -m jaxsched.train") -> int:
     configure_cpu()  # XLA flags for the CPU, before JAX starts (jaxsched/devices.py)
-    parser = argparse.ArgumentParser(prog="python -m jaxsched.train", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, epilog=cfg_lib.preset_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"TOML run config ({DEFAULT_CONFIG})")
+    parser.add_argument("--config", default=DEFAULT_CONFIG,
+                        help=f"a TOML run config or a preset's name (default {DEFAULT_CONFIG})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. train.total_updates=200 (repeatable)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
