@@ -52,17 +52,45 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def check_writable(out_dir: Path, key: str = "eval.out_dir") -> None:
+def check_writable(out_dir: Path, key: str | None = "eval.out_dir", source: str = "config") -> None:
     """Create ``out_dir`` and make sure files can be written there, before any work is done;
-    a ``DataError`` naming ``key`` if not."""
+    a ``DataError`` naming ``source`` (the config, or a command-line option) and ``key`` if
+    not, and why: a component of the path is a file, a folder on it is not writable, or the
+    system refused (e.g. a read-only disk)."""
     out_dir = Path(out_dir)
+
+    def refuse(problem):
+        raise DataError(source, None, key, f"cannot write to {out_dir}: {problem}") from None
+
     try:
+        for part in (*reversed(out_dir.parents), out_dir):
+            if os.path.exists(part) and not os.path.isdir(part):
+                refuse(f"{part} is a file, not a folder")
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f"{STAGING_PREFIX}{os.getpid()}-probe"
         probe.write_text("")
         probe.unlink()
+    except PermissionError:
+        refuse(f"{_nearest_folder(out_dir)} is not writable (permission denied)")
     except OSError as err:
-        raise DataError("config", None, key, f"cannot write to {out_dir}: {err.strerror or err}") from None
+        refuse(err.strerror or str(err))
+
+
+def _nearest_folder(path: Path) -> Path:
+    """``path`` or its nearest parent that exists (the folder a write under ``path`` needs)."""
+    return next((p for p in (path, *path.parents) if os.path.exists(p)), path)
+
+
+def check_out_file(path, option: str = "--out") -> None:
+    """Make sure a file can be written at ``path`` (its folder created), before any work is
+    done; a ``DataError`` naming ``option`` (e.g. ``--out``) if the path is empty or a folder,
+    or its folder cannot be written (``check_writable``)."""
+    if str(path) == "":
+        raise DataError(option, None, None, "an empty path")
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(option, None, None, f"{path} is a folder: name a CSV file in it, e.g. {path / 'pairs.csv'}")
+    check_writable(path.parent, None, source=option)
 
 
 def _alive(pid: int) -> bool:
