@@ -20,8 +20,8 @@ BINARY_MAGIC = ((b"\x1f\x8b", "a gzip-compressed file: decompress it first"),
 
 def read_text(path: str | Path) -> str:
     """The file's text: UTF-8, with or without a byte-order mark (dropped). A missing file, a
-    folder, a compressed or binary file, a non-UTF-8 byte or a NUL byte is a ``DataError``
-    naming the file (and the line of the bad byte)."""
+    folder, a compressed or binary file, UTF-16 text, a non-UTF-8 byte or a NUL byte is a
+    ``DataError`` naming the file (and the line of the bad byte)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -34,6 +34,8 @@ def read_text(path: str | Path) -> str:
     for magic, what in BINARY_MAGIC:
         if raw.startswith(magic):
             raise DataError(path, None, None, f"not CSV text but {what}")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):  # e.g. Excel's "Unicode text", PowerShell's default
+        raise DataError(path, 1, None, "not UTF-8 but UTF-16 text (a UTF-16 byte-order mark): save it as UTF-8")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:

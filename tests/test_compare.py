@@ -87,3 +87,111 @@ def test_cli_prints_the_pairs_and_names_what_is_ambiguous(tmp_path, capsys):
     assert "holds 2 schedulers (fgd, fgd-window)" in capsys.readouterr().err
     assert compare.main([str(tmp_path / "nowhere"), str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def fails_cleanly(capsys, *argv) -> str:
+    """Run the CLI, expect exit code 2 with one ``error:`` line on stderr and nothing on stdout;
+    return that line."""
+    assert compare.main([str(a) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+GOOD = "scheduler,episode,frag_rate,done\nfgd,0,0.5,1\nfgd,1,0.6,1\n"
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"", "empty file"),
+    (bytes(range(256)) * 8, "not UTF-8"),
+    (GOOD.encode("utf-16"), "line 1: not UTF-8 but UTF-16"),
+    (b"scheduler,episode,frag_rate\n", "no episodes in it"),
+    (b"scheduler,episode\nfgd,0\n", "field 'frag_rate': no such metric column; it has no metric columns"),
+    (b"scheduler,episode,frag_rate\nfgd,0,0.5\nfgd,1,0.6,7,8\n", "line 3: not a CSV table"),
+    (b"scheduler,episode,frag_rate\nfgd,0,0.5\nfgd,one,0.6\n", "line 3, field 'episode': 'one' is not an integer"),
+    (b"scheduler,episode,frag_rate\nfgd,0,0.5\n,1,0.6\n", "line 3, field 'scheduler': empty"),
+    (b"scheduler,episode,frag_rate,done\nfgd,0,0.5,yes\n", "line 2, field 'done': 'yes' is not a number"),
+], ids=["empty", "binary", "utf-16", "header-only", "no-metrics", "ragged", "text-episode", "no-scheduler",
+        "text-done"])
+def test_cli_names_a_file_that_is_not_a_run_csv(tmp_path, capsys, content, problem):
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(content)
+    (tmp_path / "good.csv").write_text(GOOD)
+    err = fails_cleanly(capsys, bad, tmp_path / "good.csv", "--metrics", "frag_rate")
+    assert f"{bad}" in err and problem in err
+
+
+def test_cli_names_a_missing_file_a_folder_without_a_run_and_a_missing_scheduler(tmp_path, capsys):
+    (tmp_path / "good.csv").write_text(GOOD)
+    (tmp_path / "empty").mkdir()
+    good = tmp_path / "good.csv"
+    assert "no such file" in fails_cleanly(capsys, tmp_path / "nowhere.csv", good)
+    assert f"{tmp_path / 'empty'}" in fails_cleanly(capsys, tmp_path / "empty", good)
+    assert "no scheduler 'sjf' in it; it holds fgd" in fails_cleanly(capsys, good, good, "--b-scheduler", "sjf")
+    (tmp_path / "numbers.csv").write_text("scheduler,episode,frag_rate\n1,0,0.5\n2,0,0.6\n")
+    assert "holds 2 schedulers (1, 2)" in fails_cleanly(capsys, tmp_path / "numbers.csv", good)
+
+
+def test_cli_refuses_runs_of_other_episodes(tmp_path, capsys):
+    (tmp_path / "a.csv").write_text(GOOD)
+    (tmp_path / "b.csv").write_text(GOOD.replace("fgd,1,0.6,1\n", ""))
+    assert "(2 episodes)" in fails_cleanly(capsys, tmp_path / "a.csv", tmp_path / "b.csv", "--metrics", "frag_rate")
+    (tmp_path / "c.csv").write_text(GOOD.replace("fgd,1,", "fgd,7,"))  # other seeds
+    assert "not the same episodes" in fails_cleanly(capsys, tmp_path / "a.csv", tmp_path / "c.csv",
+                                                    "--metrics", "frag_rate")
+
+
+@pytest.mark.parametrize("metrics, problem", [
+    ("", "--metrics: no metric named in ''"),
+    (",", "--metrics: no metric named in ','"),
+    ("scheduler", "field 'scheduler': a key column, not a metric"),
+    ("episode", "field 'episode': a key column, not a metric"),
+    ("note", "field 'note': not a number ('fast', episode 0)"),
+    ("nosuch", "field 'nosuch': no such metric column; its metrics are: frag_rate, done"),
+])
+def test_cli_names_a_bad_metric(tmp_path, capsys, metrics, problem):
+    run = tmp_path / "run.csv"
+    run.write_text(GOOD.replace(",done\n", ",done,note\n").replace(",1\n", ",1,fast\n"))
+    assert problem in fails_cleanly(capsys, run, run, "--metrics", metrics)
+
+
+def test_cli_metrics_may_have_spaces_and_repeats(tmp_path, capsys):
+    run = tmp_path / "run.csv"
+    run.write_text(GOOD)
+    assert compare.main([str(run), str(run), "--metrics", " frag_rate, done,frag_rate"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("| frag_rate |") == 1 and "| done |" in printed
+
+
+def test_cli_checks_out_before_the_work_and_never_overwrites_a_run(tmp_path, capsys):
+    run = tmp_path / "run.csv"
+    run.write_text(GOOD)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert f"{blocker} is a file, not a folder" in fails_cleanly(capsys, run, run, "--out", blocker / "x.csv")
+    assert "is a folder: name a CSV file" in fails_cleanly(capsys, run, run, "--out", tmp_path)
+    assert "--out: an empty path" in fails_cleanly(capsys, run, run, "--out", "")
+    assert "is run A's CSV" in fails_cleanly(capsys, run, run, "--out", run)
+    assert run.read_text() == GOOD
+    assert compare.main([str(run), str(run), "--metrics", "frag_rate", "--out", str(tmp_path / "new" / "pairs.csv")]) == 0
+    assert pd.read_csv(tmp_path / "new" / "pairs.csv")["pairs"].tolist() == [2]
+
+
+def test_a_metric_with_nan_pairs_the_episodes_finite_in_both_and_says_so(tmp_path, capsys):
+    a = run_frame("x", [0.5, np.nan, 0.7, 0.9])
+    b = run_frame("y", [0.4, 0.4, np.inf, 0.6])
+    b["offered_load"] = a["offered_load"]
+    paired = compare.pair(a, b, ["frag_rate", "jct_mean"]).set_index("metric")
+    rate = paired.loc["frag_rate"]
+    assert rate["pairs"] == 2 and rate["left_out"] == 2  # episodes 0 and 3
+    assert rate["a_mean"] == pytest.approx(0.7) and rate["b_mean"] == pytest.approx(0.5)
+    assert rate["diff_mean"] == pytest.approx(rate["a_mean"] - rate["b_mean"])
+    assert compare.warnings(paired.reset_index()) == [
+        "frag_rate: 2 of 4 episodes left out (NaN or infinite in A or B)",
+        "jct_mean: 2 of 4 episodes left out (NaN or infinite in A or B)"]
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    assert compare.main([str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--metrics", "frag_rate"]) == 0
+    out, err = capsys.readouterr()
+    assert "| frag_rate (2 pairs) | 0.7000 | 0.5000 | +0.2000 |" in out
+    assert err == "WARNING: frag_rate: 2 of 4 episodes left out (NaN or infinite in A or B)\n"
