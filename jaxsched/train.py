@@ -634,6 +634,7 @@ def main(argv=None, prog: str = "python -m jaxsched.train") -> int:
         check_derived(run, derived)
         eval_run = with_eval_overrides(run, args.eval_set)
         baselines = parse_baselines(args.baselines)
+        outputs.check_writable(Path(eval_run.base.eval.out_dir))  # before training, not after it
     except (DataError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

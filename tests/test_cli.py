@@ -56,3 +56,11 @@ def test_an_unknown_config_names_itself_and_the_presets(tmp_path, monkeypatch, c
     assert cli.main(["evaluate", "--config", "drr_33"]) == 2
     err = capsys.readouterr().err
     assert "drr_33: config file not found" in err and "drr_32" in err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "train"])
+def test_an_output_folder_under_a_file_is_refused_before_any_work(command, tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert cli.main([command, "--out", str(tmp_path / "afile" / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "afile is a file, not a folder" in err and "Traceback" not in err
