@@ -1,0 +1,324 @@
+"""Gavel's measured throughputs and its synthetic workload (Narayanan et al., OSDI '20).
+
+**Throughputs.** ``load_throughputs(path)`` reads Gavel's ``simulation_throughputs.json``
+(``shared/data/gavel/``): per GPU type (``k80``, ``p100``, ``v100``, and ``<gpu>_unconsolidated``:
+the same job spread over servers), per key ``"('<job type>', <scale factor>)"``, the job's
+training throughput in steps per second running alone (``"null"``; the other entries,
+throughputs when sharing a GPU with a partner job, are not read). It returns a
+``Throughputs`` table: ``steps_per_s[job type, scale factor, GPU type]``. A job type's
+**speed** on a GPU type is its throughput there over its throughput on the reference GPU, the
+**V100** (Gavel's own reference: a job's steps are its duration × its V100 throughput), so
+work keeps its meaning: ``work_s`` is seconds on V100s (speed 1.0), and a job runs
+``work_s / speed`` seconds on another GPU type. ``speed(scale_factor)`` gives the
+[job types, GPU types] table at a scale factor (consolidated), ``speed(scale_factor,
+consolidated=False)`` the same job spread over servers (still relative to the consolidated
+V100 run, so ``speed(s, False) / speed(s)`` is the spread factor; in Gavel's data it is
+sometimes above 1). Not measured: NaN (types that are not distributed have no scale factor
+above 1; ``k80_unconsolidated`` lacks ResNet-50 at batch sizes 64 and 128). A measured 0 (K80,
+ResNet-50 at batch size 128 on 2, 4 or 8 GPUs) is speed 0: the job cannot run there.
+
+**Workload.** ``generate(key, config)`` draws Gavel's synthetic workload in JAX (pure,
+jittable with the config static, vmappable over keys), as Gavel's ``scheduler/utils.py`` does,
+per job j = 0..J-1:
+  arrival    Poisson process at ``jobs_per_hour``: gaps ~ Exponential(mean 3600 /
+             jobs_per_hour s), arrival_j = gap_0 + ... + gap_j
+  duration   60 × 10^U(3, 4) s with probability 0.2, else 60 × 10^U(1.5, 3) s (31.6 min to
+             6.9 days); ``work_s`` = duration (seconds on the reference GPU, speed 1.0)
+  num_gpus   the scale factor: 1, 2, 4 or 8 with probability 0.7, 0.1, 0.15, 0.05 when
+             ``multi_gpu``, else 1
+  job_type   uniform among the types that run at that scale factor (every type at 1, the
+             ``distributed`` ones above 1); an index into ``JOB_TYPES`` (= ``Throughputs.job_types``)
+Returned as ``GavelJobs`` (arrays of ``num_jobs``, sorted by arrival).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsched.errors import DataError
+from jaxsched.textfile import read_text
+
+GPU_TYPES = ("k80", "p100", "v100")
+REFERENCE_GPU = "v100"
+SCALE_FACTORS = (1, 2, 4, 8)
+SCALE_FACTOR_PROBS = (0.7, 0.1, 0.15, 0.05)  # with multi-GPU jobs on
+LONG_PROB = 0.2          # share of long jobs
+LONG_EXPONENT = (3.0, 4.0)   # duration = 60 × 10^U(lo, hi) seconds
+SHORT_EXPONENT = (1.5, 3.0)
+
+# Gavel's 26 job types (its scheduler/job_table.py), in the order of simulation_throughputs.json,
+# and whether each runs distributed (scale factor 2, 4, 8): all but A3C, Recommendation, CycleGAN.
+JOB_TYPES = (
+    *(f"ResNet-18 (batch size {b})" for b in (16, 32, 64, 128, 256)),
+    *(f"ResNet-50 (batch size {b})" for b in (16, 32, 64, 128)),
+    *(f"Transformer (batch size {b})" for b in (16, 32, 64, 128, 256)),
+    "A3C",
+    *(f"LM (batch size {b})" for b in (5, 10, 20, 40, 80)),
+    *(f"Recommendation (batch size {b})" for b in (512, 1024, 2048, 4096, 8192)),
+    "CycleGAN",
+)
+DISTRIBUTED = tuple(not t.startswith(("A3C", "Recommendation", "CycleGAN")) for t in JOB_TYPES)
+
+_KEY = re.compile(r"\('(.+)', (\d+)\)")
+
+
+# ---------------------------------------------------------------------------- throughputs
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Throughputs:
+    """Gavel's throughputs running alone, on the host.
+
+    job_types       (T,) str   the reference GPU's scale-factor-1 job types, in file order
+    gpu_types       ``GPU_TYPES`` (k80, p100, v100); ``reference`` = "v100"
+    scale_factors   ``SCALE_FACTORS`` (1, 2, 4, 8)
+    steps_per_s     [T, S, G] float64  steps per second of the whole job on s GPUs of one
+                    server (NaN: not measured)
+    unconsolidated  [T, S, G] float64  the same, spread over servers (NaN: not measured)
+    path, report    the file; counts (``job_types``, ``distributed``, ``zero_throughput``,
+                    ``unconsolidated_missing``)
+    """
+
+    job_types: tuple
+    gpu_types: tuple
+    scale_factors: tuple
+    steps_per_s: np.ndarray
+    unconsolidated: np.ndarray
+    reference: str
+    path: str
+    report: dict
+
+    @property
+    def distributed(self) -> tuple:
+        """(T,) bool: the job type was measured on the reference GPU at every scale factor > 1."""
+        ref = self.gpu_types.index(self.reference)
+        return tuple(bool(x) for x in np.isfinite(self.steps_per_s[:, 1:, ref]).all(axis=1))
+
+    def speed(self, scale_factor: int = 1, consolidated: bool = True) -> np.ndarray:
+        """[T, G] float64: throughput over the reference GPU's consolidated throughput at
+        ``scale_factor`` (1.0 on the reference GPU; NaN where not measured)."""
+        if scale_factor not in self.scale_factors:
+            raise DataError(self.path, None, "scale_factor",
+                            f"must be one of {self.scale_factors}, got {scale_factor!r}")
+        s = self.scale_factors.index(scale_factor)
+        table = self.steps_per_s if consolidated else self.unconsolidated
+        return table[:, s, :] / self.steps_per_s[:, s, self.gpu_types.index(self.reference), None]
+
+
+def _no_repeats(pairs):
+    """json object hook: a key written twice would silently drop one measurement."""
+    seen = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise ValueError(f"key {k!r} appears twice in one object")
+        seen.add(k)
+    return dict(pairs)
+
+
+def _alone(path, gpu, key, entry) -> float:
+    """The ``"null"`` throughput of one entry, validated: a finite number >= 0."""
+    field = f"{gpu} / {key} / null"
+    if not isinstance(entry, dict) or "null" not in entry:
+        raise DataError(path, None, f"{gpu} / {key}",
+                        "expected an object with 'null' (the throughput running alone)")
+    value = entry["null"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(path, None, field, f"not a number: {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise DataError(path, None, field, f"must be a finite number >= 0 (steps per second), got {value!r}")
+    return float(value)
+
+
+def _parse_table(path, gpu, table) -> dict:
+    """{(job type, scale factor): steps/s} of one GPU type's object."""
+    if not isinstance(table, dict):
+        raise DataError(path, None, gpu, f"expected an object of job keys, got {type(table).__name__}")
+    out = {}
+    for key, entry in table.items():
+        m = _KEY.fullmatch(key)
+        if m is None:
+            raise DataError(path, None, f"{gpu} / {key}",
+                            "not a job key written as ('<job type>', <scale factor>)")
+        if int(m[2]) not in SCALE_FACTORS:
+            raise DataError(path, None, f"{gpu} / {key}",
+                            f"scale factor {m[2]} is not one of {SCALE_FACTORS}")
+        out[(m[1], int(m[2]))] = _alone(path, gpu, key, entry)
+    return out
+
+
+def load_throughputs(path) -> Throughputs:
+    """Load Gavel's ``simulation_throughputs.json`` (see the module docstring).
+
+    Validation (``DataError`` naming the file and the field as ``<gpu> / <key> / null``): not
+    JSON (with its line), a key repeated in one object, a missing GPU type (k80, p100,
+    v100), a malformed job key or a scale factor outside 1, 2, 4, 8, a missing, non-numeric,
+    negative or infinite ``"null"``, a zero on the reference GPU, a distributed key without the
+    type's scale factor 1, a key on one GPU type the reference does not have (or, for k80 and
+    p100, the other way round). The ``*_unconsolidated`` tables are optional and may lack keys
+    (NaN, counted in ``report["unconsolidated_missing"]``).
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(read_text(path), object_pairs_hook=_no_repeats)
+    except json.JSONDecodeError as err:
+        raise DataError(path, err.lineno, None, f"not JSON: {err.msg}") from None
+    except ValueError as err:  # _no_repeats
+        raise DataError(path, None, None, str(err)) from None
+    if not isinstance(raw, dict):
+        raise DataError(path, None, None, "expected a JSON object of GPU types (k80, p100, v100)")
+    for gpu in GPU_TYPES:
+        if gpu not in raw:
+            raise DataError(path, None, gpu, f"missing GPU type; the file has {sorted(raw)}")
+    tables = {gpu: _parse_table(path, gpu, raw[gpu]) for gpu in GPU_TYPES}
+    spread = {gpu: _parse_table(path, f"{gpu}_unconsolidated", raw.get(f"{gpu}_unconsolidated", {}))
+              for gpu in GPU_TYPES}
+
+    ref = tables[REFERENCE_GPU]
+    job_types = tuple(t for t, s in ref if s == 1)
+    for (t, s), value in ref.items():
+        if value == 0:
+            raise DataError(path, None, f"{REFERENCE_GPU} / {(t, s)!r} / null",
+                            "0 steps/s on the reference GPU: the job's speed elsewhere is undefined")
+        if t not in job_types:
+            raise DataError(path, None, f"{REFERENCE_GPU} / {(t, s)!r}",
+                            f"scale factor {s} of a job type with no scale factor 1")
+    for gpu in GPU_TYPES:
+        for name, table, complete in ((gpu, tables[gpu], True), (f"{gpu}_unconsolidated", spread[gpu], False)):
+            extra = [k for k in table if k not in ref]
+            if extra:
+                raise DataError(path, None, f"{name} / {extra[0]!r}",
+                                f"not measured on the reference GPU {REFERENCE_GPU}")
+            lacking = [k for k in ref if k not in table]
+            if complete and lacking:
+                raise DataError(path, None, f"{name} / {lacking[0]!r}",
+                                f"missing: measured on {REFERENCE_GPU} but not on {gpu}")
+
+    shape = (len(job_types), len(SCALE_FACTORS), len(GPU_TYPES))
+    steps, loose = np.full(shape, np.nan), np.full(shape, np.nan)
+    for g, gpu in enumerate(GPU_TYPES):
+        for (t, s), value in tables[gpu].items():
+            steps[job_types.index(t), SCALE_FACTORS.index(s), g] = value
+        for (t, s), value in spread[gpu].items():
+            loose[job_types.index(t), SCALE_FACTORS.index(s), g] = value
+    out = Throughputs(job_types=job_types, gpu_types=GPU_TYPES, scale_factors=SCALE_FACTORS,
+                      steps_per_s=steps, unconsolidated=loose, reference=REFERENCE_GPU,
+                      path=str(path), report={})
+    out.report.update(path=str(path), job_types=len(job_types), distributed=sum(out.distributed),
+                      zero_throughput=int((steps == 0).sum()),
+                      unconsolidated_missing=int((np.isfinite(steps) & np.isnan(loose)).sum()))
+    return out
+
+
+# ---------------------------------------------------------------------------- generator
+
+class GavelJobs(NamedTuple):
+    """One synthetic workload, sorted by arrival (a pytree: vmappable, jittable).
+
+    arrival_s  [J] float32  submission time (s)
+    work_s     [J] float32  duration on the reference GPU (V100s, speed 1.0), seconds
+    num_gpus   [J] int32    scale factor: 1, 2, 4 or 8 GPUs, all or nothing
+    job_type   [J] int32    index into ``JOB_TYPES`` / ``Throughputs.job_types``
+    """
+
+    arrival_s: jax.Array
+    work_s: jax.Array
+    num_gpus: jax.Array
+    job_type: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class GavelConfig:
+    """Settings of Gavel's synthetic workload (hashable: a static argument of ``jax.jit``).
+
+    jobs_per_hour  the Poisson arrival rate (Gavel's sweeps: a fraction of a job to ~8 jobs an
+                   hour on its 108-GPU cluster)
+    num_jobs       J, the number of jobs drawn
+    multi_gpu      draw scale factors 1/2/4/8 (else every job has one GPU)
+    distributed    per job type, whether it runs on more than one GPU (``DISTRIBUTED``, or
+                   ``Throughputs.distributed`` of a loaded table); its length is the number of types
+    """
+
+    jobs_per_hour: float
+    num_jobs: int = 1000
+    multi_gpu: bool = False
+    distributed: tuple = DISTRIBUTED
+
+    def __post_init__(self):
+        if isinstance(self.distributed, (list, np.ndarray)):
+            object.__setattr__(self, "distributed", tuple(bool(x) for x in self.distributed))
+
+    def validate(self) -> "GavelConfig":
+        """Raise ``DataError`` naming the first bad field; return self."""
+        def bad(field, problem):
+            return DataError("GavelConfig", None, field, problem)
+        n = self.num_jobs
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            raise bad("num_jobs", f"must be an integer >= 1, got {n!r}")
+        rate = self.jobs_per_hour
+        if isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating)) or \
+                not 0 < rate < math.inf:
+            raise bad("jobs_per_hour", f"must be a finite number > 0, got {rate!r}")
+        if not isinstance(self.multi_gpu, (bool, np.bool_)):
+            raise bad("multi_gpu", f"must be true or false, got {self.multi_gpu!r}")
+        d = self.distributed
+        if not isinstance(d, tuple) or not d or not all(isinstance(x, (bool, np.bool_)) for x in d):
+            raise bad("distributed", f"must be a non-empty tuple of booleans (one per job type), got {d!r}")
+        if self.multi_gpu and not any(d):
+            raise bad("distributed", "multi_gpu needs at least one distributed job type")
+        return self
+
+
+def expected_work_s() -> float:
+    """E[work_s] of one job: E[60 × 10^U(a, b)] = 60 (10^b - 10^a) / ((b - a) ln 10), mixed
+    0.2 / 0.8 (about 60,362 s: 16.8 h)."""
+    def mean(lo, hi):
+        return 60.0 * (10 ** hi - 10 ** lo) / ((hi - lo) * math.log(10))
+    return LONG_PROB * mean(*LONG_EXPONENT) + (1 - LONG_PROB) * mean(*SHORT_EXPONENT)
+
+
+def expected_gpus(config: GavelConfig) -> float:
+    """E[num_gpus] of one job (1.9 with multi-GPU jobs, else 1)."""
+    if not config.multi_gpu:
+        return 1.0
+    return float(np.dot(SCALE_FACTORS, SCALE_FACTOR_PROBS))
+
+
+def generate(key: jax.Array, config: GavelConfig) -> GavelJobs:
+    """Draw one workload from ``key`` (see the module docstring). Pure and traceable:
+    ``jax.jit(generate, static_argnums=1)``, ``jax.vmap(lambda k: generate(k, cfg))(keys)``.
+    The draws use fixed subkeys of ``key``, so switching ``multi_gpu`` leaves the arrivals and
+    durations of a key unchanged."""
+    config.validate()
+    n = config.num_jobs
+    k_arr, k_long, k_dur, k_scale, k_type = jax.random.split(key, 5)
+
+    mean_gap = jnp.float32(3600.0 / config.jobs_per_hour)
+    arrival = jax.lax.cummax(jnp.cumsum(jax.random.exponential(k_arr, (n,), jnp.float32) * mean_gap))
+
+    long = jax.random.bernoulli(k_long, LONG_PROB, (n,))
+    u = jax.random.uniform(k_dur, (n,), jnp.float32)
+    (llo, lhi), (slo, shi) = LONG_EXPONENT, SHORT_EXPONENT
+    exponent = jnp.where(long, llo + (lhi - llo) * u, slo + (shi - slo) * u)
+    work = jnp.float32(60.0) * jnp.power(jnp.float32(10.0), exponent)
+
+    if config.multi_gpu:
+        scale = jax.random.categorical(k_scale, jnp.log(jnp.asarray(SCALE_FACTOR_PROBS, jnp.float32)),
+                                       shape=(n,))
+    else:
+        scale = jnp.zeros((n,), jnp.int32)
+    # allowed[s, t]: type t runs at scale factor index s (every type at 1, distributed ones above)
+    allowed = (np.arange(len(SCALE_FACTORS))[:, None] == 0) | np.asarray(config.distributed)[None, :]
+    logits = jnp.where(jnp.asarray(allowed)[scale], 0.0, -jnp.inf)
+    job_type = jax.random.categorical(k_type, logits, axis=-1)
+
+    return GavelJobs(arrival_s=arrival.astype(jnp.float32), work_s=work.astype(jnp.float32),
+                     num_gpus=jnp.asarray(SCALE_FACTORS, jnp.int32)[scale],
+                     job_type=job_type.astype(jnp.int32))

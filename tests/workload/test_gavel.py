@@ -1,0 +1,250 @@
+"""Gavel's throughput table (loading, speeds, validation) and its synthetic workload (statistics)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from jaxsched import paths
+from jaxsched.errors import DataError
+from jaxsched.workload import gavel as G
+from tests.assertions import assert_names
+
+gen = jax.jit(G.generate, static_argnums=1)
+BIG = 20_000  # jobs per large sample
+Z = 5.0  # a binomial share or a mean is off by more than Z standard errors with probability < 1e-6
+
+
+def host(jobs):
+    return jax.tree.map(np.asarray, jobs)
+
+
+def within(count, n, p):
+    """The count of n draws of probability p lies within Z standard errors of n p."""
+    return abs(count - n * p) <= Z * math.sqrt(n * p * (1 - p))
+
+
+# ================================================================ throughputs
+
+def key(job, scale):
+    return f"('{job}', {scale})"
+
+
+def alone(x):
+    return {"null": x, key("B", 1): [x / 2, 1.0]}  # a partner entry: not read
+
+
+def small_table():
+    """Two types: A runs distributed (1, 2, 4 and 8 GPUs), B does not."""
+    more = {key("A", 4): alone(20.0), key("A", 8): alone(30.0)}
+    return {
+        "v100": {key("A", 1): alone(10.0), key("B", 1): alone(4.0), key("A", 2): alone(16.0), **more},
+        "p100": {key("A", 1): alone(5.0), key("B", 1): alone(6.0), key("A", 2): alone(8.0), **more},
+        "k80": {key("A", 1): alone(2.0), key("B", 1): alone(1.0), key("A", 2): alone(0.0), **more},
+        "v100_unconsolidated": {key("A", 1): alone(10.0), key("B", 1): alone(4.0), key("A", 2): alone(12.0)},
+    }
+
+
+def write_json(tmp_path, obj, name="throughputs.json"):
+    p = tmp_path / name
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return p
+
+
+def test_speed_is_relative_to_the_v100_at_the_same_scale_factor(tmp_path):
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    assert tp.job_types == ("A", "B") and tp.gpu_types == ("k80", "p100", "v100")
+    assert tp.distributed == (True, False)
+    assert np.array_equal(tp.speed(1), [[0.2, 0.5, 1.0], [0.25, 1.5, 1.0]])
+    s2 = tp.speed(2)
+    assert np.array_equal(s2[0], [0.0, 0.5, 1.0]) and np.isnan(s2[1]).all()  # 0: cannot run; NaN: not measured
+    spread = tp.speed(2, consolidated=False)
+    assert spread[0, 2] == 12.0 / 16.0 and np.isnan(spread[0, :2]).all()  # no k80/p100 spread tables
+    assert tp.steps_per_s[0, 1, 1] == 8.0  # [type A, scale factor 2, p100]
+    assert np.array_equal(tp.speed(8)[0], [1.0, 1.0, 1.0])
+    assert tp.report["zero_throughput"] == 1 and tp.report["unconsolidated_missing"] == 15 - 3  # measured, not spread
+    with pytest.raises(DataError, match="one of") as e:
+        tp.speed(3)
+    assert_names(e.value, tp.path, None, "scale_factor")
+
+
+def broken(change):
+    obj = small_table()
+    change(obj)
+    return obj
+
+
+@pytest.mark.parametrize("content, line, field, problem", [
+    ("{\"v100\": {\n  \"x\": 1,\n}", 3, None, "not JSON"),
+    ('{"v100": {}, "v100": {}}', None, None, "appears twice"),
+    ("[1, 2]", None, None, "expected a JSON object"),
+    (broken(lambda o: o.pop("k80")), None, "k80", "missing GPU type"),
+    (broken(lambda o: o.__setitem__("p100", [])), None, "p100", "expected an object"),
+    (broken(lambda o: o["v100"].__setitem__("A, 1", alone(1.0))), None, "v100 / A, 1", "not a job key"),
+    (broken(lambda o: o["v100"].__setitem__(key("A", 3), alone(1.0))), None, f"v100 / {key('A', 3)}",
+     "scale factor 3"),
+    (broken(lambda o: o["k80"][key("B", 1)].pop("null")), None, f"k80 / {key('B', 1)}", "expected an object"),
+    (broken(lambda o: o["k80"][key("B", 1)].__setitem__("null", "fast")), None, f"k80 / {key('B', 1)} / null",
+     "not a number"),
+    (broken(lambda o: o["k80"][key("B", 1)].__setitem__("null", -1.0)), None, f"k80 / {key('B', 1)} / null",
+     ">= 0"),
+    (broken(lambda o: o["v100"][key("B", 1)].__setitem__("null", 0)), None, f"v100 / ('B', 1) / null",
+     "0 steps/s on the reference GPU"),
+    (broken(lambda o: o["v100"].__setitem__(key("C", 2), alone(1.0))), None, "v100 / ('C', 2)",
+     "no scale factor 1"),
+    (broken(lambda o: o["p100"].__setitem__(key("B", 2), alone(1.0))), None, "p100 / ('B', 2)",
+     "not measured on the reference GPU"),
+    (broken(lambda o: o["v100_unconsolidated"].__setitem__(key("B", 2), alone(1.0))), None,
+     "v100_unconsolidated / ('B', 2)", "not measured on the reference GPU"),
+    (broken(lambda o: o["p100"].pop(key("A", 2))), None, "p100 / ('A', 2)", "missing: measured on v100"),
+])
+def test_a_malformed_table_is_named_by_file_and_field(tmp_path, content, line, field, problem):
+    path = write_json(tmp_path, content)
+    with pytest.raises(DataError, match=problem) as e:
+        G.load_throughputs(path)
+    assert_names(e.value, path, line, field)
+
+
+def test_missing_and_binary_files_are_named(tmp_path):
+    with pytest.raises(DataError, match="file not found"):
+        G.load_throughputs(tmp_path / "nowhere.json")
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00")
+    with pytest.raises(DataError, match="gzip"):
+        G.load_throughputs(gz)
+
+
+@pytest.fixture(scope="module")
+def gavel_json():
+    found = paths.data_dir()
+    if found is None or not (found / "gavel" / "simulation_throughputs.json").is_file():
+        pytest.skip("Gavel throughputs not found: set JAXSCHED_DATA or provide "
+                    "../shared/data/gavel/simulation_throughputs.json (see shared/data/README.md)")
+    return found / "gavel" / "simulation_throughputs.json"
+
+
+def test_real_throughputs(gavel_json):
+    tp = G.load_throughputs(gavel_json)
+    raw = json.loads(gavel_json.read_text())
+    assert tp.job_types == G.JOB_TYPES and tp.distributed == G.DISTRIBUTED and sum(tp.distributed) == 19
+    assert tp.report["zero_throughput"] == 3 and tp.report["unconsolidated_missing"] == 6
+    for s in G.SCALE_FACTORS:
+        ref = tp.speed(s)[:, 2]
+        assert np.array_equal(ref[np.isfinite(ref)], np.ones(26 if s == 1 else 19))
+    # each entry, read independently, over the same job's V100 throughput
+    for t, job in enumerate(G.JOB_TYPES):
+        for s in G.SCALE_FACTORS:
+            k = key(job, s)
+            for g, gpu in enumerate(G.GPU_TYPES):
+                want = raw[gpu][k]["null"] / raw["v100"][k]["null"] if k in raw["v100"] else math.nan
+                np.testing.assert_equal(tp.speed(s)[t, g], want)
+    # the V100's speed-up over the K80 differs several-fold between job types (the issue's point)
+    k80 = tp.speed(1)[:, 0]
+    assert (1 / k80).max() / (1 / k80).min() > 5
+    cyclegan = G.JOB_TYPES.index("CycleGAN")
+    assert tp.speed(1)[cyclegan, 0] == raw["k80"][key("CycleGAN", 1)]["null"] / raw["v100"][key("CycleGAN", 1)]["null"]
+
+
+# ================================================================ the generator
+
+MULTI = G.GavelConfig(jobs_per_hour=6.0, num_jobs=BIG, multi_gpu=True)
+
+
+@pytest.fixture(scope="module")
+def multi():
+    return host(gen(jax.random.key(11), MULTI))
+
+
+SMALL = G.GavelConfig(jobs_per_hour=3.0, num_jobs=500, multi_gpu=True)  # shared: one compile
+
+
+def test_deterministic_per_key_and_keys_differ():
+    a, b, c = (host(gen(jax.random.key(k), SMALL)) for k in (5, 5, 6))
+    for x, y, z, name in zip(a, b, c, G.GavelJobs._fields):
+        np.testing.assert_array_equal(x, y, err_msg=name)
+        assert not np.array_equal(x, z), name
+    keys = jax.random.split(jax.random.key(0), 3)
+    batch = host(jax.jit(jax.vmap(lambda k: G.generate(k, SMALL)))(keys))
+    for i in range(3):
+        for x, y in zip(batch, host(gen(keys[i], SMALL))):
+            np.testing.assert_array_equal(x[i], y)
+    assert a.arrival_s.dtype == np.float32 and a.num_gpus.dtype == np.int32 and a.job_type.dtype == np.int32
+
+
+def test_single_gpu_keeps_arrivals_and_durations_of_the_key():
+    one = host(gen(jax.random.key(5), dataclasses.replace(SMALL, multi_gpu=False)))
+    many = host(gen(jax.random.key(5), SMALL))
+    assert (one.num_gpus == 1).all() and (many.num_gpus > 1).any()
+    np.testing.assert_array_equal(one.arrival_s, many.arrival_s)
+    np.testing.assert_array_equal(one.work_s, many.work_s)
+    # at one GPU every type is drawn, distributed or not
+    assert set(np.unique(one.job_type)) == set(range(len(G.JOB_TYPES)))
+
+
+def test_arrivals_are_poisson_at_the_rate(multi):
+    assert (np.diff(multi.arrival_s) >= 0).all() and multi.arrival_s[0] > 0
+    gaps = np.diff(np.concatenate([[0.0], multi.arrival_s.astype(np.float64)]))
+    mean = 3600.0 / MULTI.jobs_per_hour
+    assert abs(gaps.mean() - mean) <= Z * mean / math.sqrt(BIG)  # exponential: sd = mean
+    assert within((gaps > mean).sum(), BIG, math.exp(-1.0))  # P(gap > mean) = 1/e
+
+
+def test_durations_follow_gavels_mixture(multi):
+    exponent = np.log10(multi.work_s.astype(np.float64) / 60.0)
+    assert exponent.min() >= 1.5 - 1e-5 and exponent.max() <= 4.0 + 1e-5
+    assert within((exponent > 3.0 + 1e-5).sum(), BIG, G.LONG_PROB)
+    # the whole distribution (DKW: sup |F_n - F| > eps with probability <= 2 exp(-2 n eps^2) = 1e-9)
+    xs = np.sort(exponent)
+    cdf = 0.8 * np.clip((xs - 1.5) / 1.5, 0, 1) + 0.2 * np.clip(xs - 3.0, 0, 1)
+    ecdf_hi, ecdf_lo = np.arange(1, BIG + 1) / BIG, np.arange(BIG) / BIG
+    gap = max(np.abs(ecdf_hi - cdf).max(), np.abs(ecdf_lo - cdf).max())
+    assert gap <= math.sqrt(math.log(2 / 1e-9) / (2 * BIG))
+    # the mean work (heavy-tailed but bounded: the CLT holds with the sample's own sd)
+    w = multi.work_s.astype(np.float64)
+    assert abs(w.mean() - G.expected_work_s()) <= Z * w.std() / math.sqrt(BIG)
+    assert G.expected_work_s() == pytest.approx(0.2 * 60 * 9000 / math.log(10) + 0.8 * 60 * (1000 - 10 ** 1.5)
+                                                / (1.5 * math.log(10)))
+
+
+def test_scale_factors_and_job_types(multi):
+    for s, p in zip(G.SCALE_FACTORS, G.SCALE_FACTOR_PROBS):
+        assert within((multi.num_gpus == s).sum(), BIG, p), s
+    assert set(np.unique(multi.num_gpus)) == set(G.SCALE_FACTORS)
+    assert np.dot(G.SCALE_FACTORS, G.SCALE_FACTOR_PROBS) == G.expected_gpus(MULTI) == 1.9
+    distributed = np.asarray(G.DISTRIBUTED)
+    big = multi.num_gpus > 1
+    assert distributed[multi.job_type[big]].all()  # only distributed types run on several GPUs
+    for group, types in ((~big, np.arange(26)), (big, np.flatnonzero(distributed))):
+        counts = np.bincount(multi.job_type[group], minlength=26)
+        n = int(group.sum())
+        assert all(within(counts[t], n, 1 / len(types)) for t in types)  # uniform among the allowed
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"jobs_per_hour": 0.0}, "jobs_per_hour"),
+    ({"jobs_per_hour": math.inf}, "jobs_per_hour"),
+    ({"jobs_per_hour": True}, "jobs_per_hour"),
+    ({"num_jobs": 0}, "num_jobs"),
+    ({"num_jobs": 2.5}, "num_jobs"),
+    ({"multi_gpu": "yes"}, "multi_gpu"),
+    ({"distributed": ()}, "distributed"),
+    ({"distributed": (1, 0)}, "distributed"),
+    ({"distributed": (False, False), "multi_gpu": True}, "distributed"),
+])
+def test_bad_config_is_named(changes, field):
+    cfg = G.GavelConfig(**{"jobs_per_hour": 1.0, **changes})
+    with pytest.raises(DataError) as e:
+        G.generate(jax.random.key(0), cfg)
+    assert_names(e.value, "GavelConfig", None, field)
+
+
+def test_the_types_of_a_loaded_table_drive_the_generator(tmp_path):
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    jobs = host(gen(jax.random.key(2), G.GavelConfig(1.0, 400, True, tp.distributed)))
+    assert set(np.unique(jobs.job_type)) == {0, 1}
+    assert (jobs.job_type[jobs.num_gpus > 1] == 0).all()  # B is not distributed
