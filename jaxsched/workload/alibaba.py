@@ -233,6 +233,20 @@ def _read_records(path: Path):
     return rows, np.asarray(lines, np.int64)
 
 
+def _read_table(path: Path, needed) -> tuple:
+    """(header, header line, rows, lines) of a CSV with a header row; a ``DataError`` for an
+    empty file, a column named twice, or a ``needed`` column missing."""
+    rows, lines = _read_records(path)
+    if not rows:
+        raise DataError(path, None, None, "empty file (no header row)")
+    header, header_line = tuple(rows[0]), int(lines[0])
+    _check_header(path, header, header_line)
+    missing = [c for c in needed if c not in header]
+    if missing:
+        raise DataError(path, header_line, missing[0], f"missing column(s) {missing}; header is {header}")
+    return header, header_line, rows[1:], lines[1:]
+
+
 def _check_header(path, header, line) -> None:
     """A column named twice is a ``DataError`` (which of the two would be read is a guess)."""
     seen = set()
@@ -430,15 +444,7 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
     path = Path(path)
     if mode not in ("dynamic", "static"):
         raise DataError(path, None, "mode", f"must be 'dynamic' or 'static', got {mode!r}")
-    rows, lines = _read_records(path)
-    if not rows:
-        raise DataError(path, None, None, "empty file (no header row)")
-    header, header_line = tuple(rows[0]), int(lines[0])
-    rows, lines = rows[1:], lines[1:]
-    _check_header(path, header, header_line)
-    missing = [c for c in OPENB_BASE_FIELDS if c not in header]
-    if missing:
-        raise DataError(path, header_line, missing[0], f"missing column(s) {missing}; header is {header}")
+    header, header_line, rows, lines = _read_table(path, OPENB_BASE_FIELDS)
     has_times = [c for c in OPENB_TIME_FIELDS if c in header]
     if mode == "dynamic" and len(has_times) < len(OPENB_TIME_FIELDS):
         lack = [c for c in OPENB_TIME_FIELDS if c not in header]

@@ -45,8 +45,8 @@ import pandas as pd
 from jaxsched import cluster as _cluster
 from jaxsched.errors import DataError
 from jaxsched.types import ALL_MODELS, GPU_MILLI
-from jaxsched.workload.alibaba import (INT32_MAX, MAX_TRACE_TIME_S, TraceWorkload, _check_header,
-                                       _columns, _first_line, _numbers, _read_records)
+from jaxsched.workload.alibaba import (INT32_MAX, MAX_TRACE_TIME_S, TraceWorkload, _columns, _first_line,
+                                       _numbers, _read_table)
 
 log = logging.getLogger(__name__)
 
@@ -168,15 +168,7 @@ def load(path, vcs=None, start=None, end=None, cpu_milli_per_gpu: int = CPU_MILL
     for name, value in (("cpu_milli_per_gpu", cpu_milli_per_gpu), ("mem_mib_per_gpu", mem_mib_per_gpu)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise DataError(path, None, name, f"must be a whole number >= 1, got {value!r}")
-    rows, lines = _read_records(path)
-    if not rows:
-        raise DataError(path, None, None, "empty file (no header row)")
-    header, header_line = tuple(rows[0]), int(lines[0])
-    rows, lines = rows[1:], lines[1:]
-    _check_header(path, header, header_line)
-    missing = [c for c in NEEDED if c not in header]
-    if missing:
-        raise DataError(path, header_line, missing[0], f"missing column(s) {missing}; header is {header}")
+    header, header_line, rows, lines = _read_table(path, NEEDED)
     if not rows:
         raise DataError(path, None, None, "no jobs in file (header only)")
     col = _columns(path, rows, lines, header, [c for c in FIELDS if c in header])
