@@ -4,6 +4,8 @@ env to the end of every episode, and seeding."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
 
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from jaxsched import actions, gymnax_env, policies
+from jaxsched import actions, gym_env as gym_module, gymnax_env, policies
 from jaxsched.workload import synthetic
 
 TINY = dict(num_nodes=4, num_jobs=12, load=0.9, window=2)  # 4 nodes x 2 slots: 11 actions
@@ -110,7 +112,7 @@ def test_gymnasium_make_needs_no_import_and_passes_check_env(gym_env):
     find = ("import sys, gymnasium.envs.registration as r; spec = r._find_spec('jaxsched:jaxsched/Cluster-v0'); "
             "assert spec.vector_entry_point and 'jax' not in sys.modules, spec")
     subprocess.run([sys.executable, "-c", find], check=True, timeout=60)
-    check_env(gym_env.unwrapped, skip_render_check=True)
+    check_env(gym_env.unwrapped)  # the render check too: it builds the env again with render_mode="ansi"
     assert gym_env.action_space.n == actions.num_actions(2, 4)
 
 
@@ -139,6 +141,7 @@ def test_gymnasium_episode_masks_metrics_and_seeding(gym_env):
 
     rng = np.random.default_rng(0)
     a = play(5)
+    compiled = gym_module.advance_one._cache_size()
     rng = np.random.default_rng(0)
     b = play(5)
     np.testing.assert_array_equal(a[0], b[0])
@@ -151,7 +154,7 @@ def test_gymnasium_episode_masks_metrics_and_seeding(gym_env):
     e_jobs = np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s)
     gym_env.reset(seed=5)
     assert not np.array_equal(e_jobs, np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s))
-    assert gym_env.unwrapped._advance._cache_size() == 1  # the step compiled once, for every episode
+    assert gym_module.advance_one._cache_size() == compiled  # the step compiled once, for every episode
 
 
 def test_illegal_actions_cannot_hang_an_episode(gym_env):
@@ -189,8 +192,10 @@ def test_make_vec_64_envs_run_every_episode_to_its_end(gym_env):
         envs.step(np.zeros(3, int))  # one action per env
     first_jobs = np.asarray(envs.unwrapped._eps.state.sim.jobs.arrival_s)
     ended = np.zeros(64, bool)
+    compiled = None
     for _ in range(envs.unwrapped.params.max_steps_in_episode):
         obs, reward, terminated, truncated, info = envs.step(_random_legal(rng, info["action_mask"]))
+        compiled = compiled or gym_module.advance_all._cache_size()
         assert not truncated.any()
         first = terminated & ~ended
         if first.any():
@@ -204,7 +209,7 @@ def test_make_vec_64_envs_run_every_episode_to_its_end(gym_env):
     just = terminated.copy()
     obs, reward, terminated, truncated, info = envs.step(_random_legal(rng, info["action_mask"]))
     assert (reward[just] == 0).all() and info["action_mask"][just].any(-1).all()
-    assert envs.unwrapped._step._cache_size() == 1
+    assert gym_module.advance_all._cache_size() == compiled
     # Env i of a vector env seeded s plays the episode of the single env seeded s + i.
     gym_env.reset(seed=10 + 7)
     np.testing.assert_array_equal(np.asarray(gym_env.unwrapped._ep.state.sim.jobs.arrival_s), first_jobs[7])
@@ -226,3 +231,80 @@ def test_openb_workload_is_a_bank_of_trace_windows(tmp_path):
     for w in np.asarray(drawn.work_s):
         assert sum(np.array_equal(w, params.bank.work_s[b]) for b in range(3)) >= 1
     assert set(np.asarray(drawn.num_gpu).ravel()) == {1}  # the trace's pods, not synthetic ones
+
+
+def test_envs_of_equal_settings_share_their_compiled_functions(gym_env):
+    _, info = gym_env.reset(seed=0)
+    gym_env.step(_random_legal(np.random.default_rng(0), info["action_mask"][None])[0])
+    gym_env.unwrapped.metrics()
+    fns = (gym_module.start_one, gym_module.advance_one, gym_module.metrics_one)
+    before = [f._cache_size() for f in fns]
+    other = gymnasium.make(ID, **TINY)  # built apart, with equal settings: nothing compiles again
+    _, info = other.reset(seed=1)
+    other.step(_random_legal(np.random.default_rng(0), info["action_mask"][None])[0])
+    other.unwrapped.metrics()
+    assert [f._cache_size() for f in fns] == before
+    # Other settings of the same shapes (wait left in the mask) get programs of their own.
+    waits = gymnasium.make(ID, **TINY, allow_wait=True).unwrapped
+    assert waits.settings != other.unwrapped.settings and other.unwrapped.settings == gym_env.unwrapped.settings
+    gym_module.metrics_one(waits.settings, waits.params, other.unwrapped._ep.state)
+    assert gym_module.metrics_one._cache_size() == before[2] + 1
+
+
+def _play(env, actions):
+    """(obs, reward, terminated, truncated, info) of each action in turn, to the episode's end."""
+    out = []
+    for a in actions:
+        out.append(env.step(a))
+        if out[-1][2] or out[-1][3]:
+            break
+    return out
+
+
+def test_pickle_round_trip_plays_the_same_next_steps(gym_env):
+    _, info = gym_env.reset(seed=3)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        _, _, _, _, info = gym_env.step(_random_legal(rng, info["action_mask"][None])[0])
+    compiled = gym_module.advance_one._cache_size()
+    copies = [pickle.loads(pickle.dumps(gym_env)), copy.deepcopy(gym_env)]
+    actions_ = [int(a) for a in rng.integers(0, gym_env.action_space.n, 300)]  # legal or not: all are steps
+    expected = _play(gym_env, actions_)
+    next_episode = gym_env.reset()[0]
+    for env in copies:
+        np.testing.assert_array_equal(env.unwrapped.action_masks(), info["action_mask"])
+        got = _play(env, actions_)
+        assert len(got) == len(expected) and (got[-1][2] or got[-1][3])
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g[0], e[0])
+            np.testing.assert_array_equal(g[4].pop("action_mask"), e[4]["action_mask"])
+            assert g[1:4] == e[1:4] and g[4] == {k: v for k, v in e[4].items() if k != "action_mask"}
+        # The key chain came along: the next (unseeded) episode is the same too.
+        np.testing.assert_array_equal(env.reset()[0], next_episode)
+    assert gym_module.advance_one._cache_size() == compiled  # the copies compiled nothing
+
+
+def test_render_ansi_shows_the_clock_queue_and_free_gpus():
+    env = gymnasium.make(ID, **TINY, render_mode="ansi")
+    assert env.metadata["render_modes"] == ["ansi"]
+    assert env.unwrapped.render() == gym_module.NOT_RESET  # (gymnasium.make's wrapper refuses it)
+    _, info = env.reset(seed=0)
+    env.step(_random_legal(np.random.default_rng(0), info["action_mask"][None])[0])
+    text = env.render()
+    lines = text.splitlines()
+    assert lines[0].startswith("time ") and "decision 1/" in lines[0] and "queue " in lines[0]
+    assert lines[1].startswith("window: k0: ") and len(lines) == 3 + 4  # header lines and one per node
+    obs = env.unwrapped.gx.sim.observe(env.unwrapped._ep.state.sim, env.unwrapped.params.sim)
+    whole = np.asarray((obs.free_milli == 1000) & obs.cluster.gpu_exists).sum(-1)
+    assert [int(line.split()[1].split("/")[0]) for line in lines[3:]] == whole.tolist()
+    with pytest.raises(ValueError, match="render_mode='human'.*'ansi'"):
+        gymnasium.make(ID, **TINY, render_mode="human")
+
+
+def test_a_mistyped_keyword_is_named_with_the_valid_ones():
+    for make in (lambda **kw: gymnasium.make(ID, **kw),
+                 lambda **kw: gymnasium.make_vec(ID, num_envs=2, vectorization_mode="vector_entry_point", **kw)):
+        with pytest.raises(TypeError, match="unknown keyword 'num_node' \\(did you mean 'num_nodes'\\?\\); "
+                                            "valid: .*num_nodes, num_jobs.*, reward,") as err:
+            make(**{**TINY, "num_node": 8})
+        assert "\n" not in str(err.value)
