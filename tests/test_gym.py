@@ -28,7 +28,7 @@ def _first_fit(obs):
 
 
 def test_gymnax_under_jit_vmap_plays_the_native_episodes():
-    env, params = gymnax_env.make(**TINY, allow_wait=True)  # the mask: the env's less rejects
+    env, params = gymnax_env.make(**TINY, allow_wait=True, bank_size=0)  # the mask: the env's less rejects
     keys = jax.random.split(jax.random.key(3), 4)
     steps = params.max_steps_in_episode
 
@@ -81,7 +81,7 @@ def test_gymnax_under_jit_vmap_plays_the_native_episodes():
 
 
 def test_gymnax_bank_picks_each_episode_uniformly():
-    env, params = gymnax_env.make(**TINY)
+    env, params = gymnax_env.make(**TINY, bank_size=0)
     bank = jax.vmap(lambda k: synthetic.generate(k, params.synthetic))(jax.random.split(jax.random.key(9), 3))
     params = params.replace(bank=bank)
     drawn = jax.jit(jax.vmap(env.draw_jobs, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 300), params)
@@ -227,6 +227,10 @@ def test_openb_workload_is_a_bank_of_trace_windows(tmp_path):
     path.write_text("\n".join(rows) + "\n")
     env, params = gymnax_env.make(**{**TINY, "num_jobs": 12}, workload="openb", trace=str(path), trace_windows=3)
     assert params.bank.arrival_s.shape == (3, 12) and params.bank.valid.all()
+    assert params.starts[1].sim.jobs.arrival_s.shape == (3, 12)  # each window started once: a reset picks one
+    obs, state = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.key(2), 30), params)
+    for w in np.asarray(state.sim.jobs.work_s):
+        assert sum(np.array_equal(w, params.bank.work_s[b]) for b in range(3)) >= 1
     drawn = jax.jit(jax.vmap(env.draw_jobs, in_axes=(0, None)))(jax.random.split(jax.random.key(1), 30), params)
     for w in np.asarray(drawn.work_s):
         assert sum(np.array_equal(w, params.bank.work_s[b]) for b in range(3)) >= 1
