@@ -13,7 +13,9 @@ kwargs (both): those of ``gymnax_env.make``: num_nodes (openb-mix preset), num_j
 (offered load rho), window (K), workload ("synthetic" or "openb" with trace=path,
 trace_windows), seed (picks the trace windows), max_steps (decisions per episode before
 truncation; 0: 3 x jobs + 100), allow_reject, allow_wait, config (a run config or TOML path to start
-from), and any ``EnvConfig`` field (e.g. reward="placed_jct"). Any other keyword is a
+from), bank_size (0 here, unlike the gymnax env's bank: every reset draws a fresh synthetic
+episode from its key, so the episodes of ``reset(seed=s)`` are new ones; these envs reset only
+when an episode ends, so a bank would not speed them up), and any ``EnvConfig`` field (e.g. reward="placed_jct"). Any other keyword is a
 ``TypeError`` naming it and listing the valid ones.
 
 Observation: the flat ``gymnax_env.features`` vector, a Box [D] float32 with finite bounds,
@@ -336,7 +338,7 @@ class ClusterGymEnv(_Rebuilt, gymnasium.Env):
         _check_not_forked()
         self._init = dict(kwargs, render_mode=render_mode)
         self.render_mode = render_mode
-        self.gx, self.params = gymnax_env.make(**kwargs)
+        self.gx, self.params = gymnax_env.make(**{"bank_size": 0, **kwargs})
         _FORK["env_built"] = True
         self.settings = Settings(self.gx)
         self.observation_space, self.action_space = _spaces(self.gx, self.params)
@@ -390,7 +392,7 @@ class ClusterGymVectorEnv(_Rebuilt, gymnasium.vector.VectorEnv):
         _check_not_forked()
         self._init = dict(kwargs, num_envs=num_envs, render_mode=render_mode)
         self.num_envs, self.render_mode = num_envs, render_mode
-        self.gx, self.params = gymnax_env.make(**kwargs)
+        self.gx, self.params = gymnax_env.make(**{"bank_size": 0, **kwargs})
         _FORK["env_built"] = True
         self.settings = Settings(self.gx)
         self.single_observation_space, self.single_action_space = _spaces(self.gx, self.params)

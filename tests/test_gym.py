@@ -312,3 +312,10 @@ def test_a_mistyped_keyword_is_named_with_the_valid_ones():
                                             "valid: .*num_nodes, num_jobs.*, reward,") as err:
             make(**{**TINY, "num_node": 8})
         assert "\n" not in str(err.value)
+
+
+def test_gymnasium_envs_draw_fresh_episodes_not_the_gymnax_bank(gym_env):
+    """Held-out seeds must be new episodes: the Gymnasium envs don't take the gymnax env's
+    pre-drawn bank (the same 1,024 episodes for every seed) unless asked."""
+    env = gym_env.unwrapped if hasattr(gym_env, "unwrapped") else gym_env
+    assert env.params.bank is None
