@@ -406,6 +406,9 @@ class ClusterGymVectorEnv(_Rebuilt, gymnasium.vector.VectorEnv):
         else:
             seeds = seed if isinstance(seed, (list, tuple)) else (
                 [None] * self.num_envs if seed is None else [seed + i for i in range(self.num_envs)])
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"reset(seed={seed!r}): {len(seeds)} seeds for {self.num_envs} envs; "
+                                 "give one seed per env, one int (env i gets seed + i) or None")
             chains = jnp.stack([_seed_key(s) for s in seeds])
         self._eps = start_all(self.settings, self.params, chains)
         self._autoreset = np.zeros(self.num_envs, bool)

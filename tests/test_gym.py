@@ -187,6 +187,8 @@ def test_make_vec_64_envs_run_every_episode_to_its_end(gym_env):
     assert envs.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.NEXT_STEP
     rng = np.random.default_rng(1)
     obs, info = envs.reset(seed=10)
+    with pytest.raises(ValueError, match="2 seeds for 64 envs"):
+        envs.reset(seed=[1, 2])  # not a silently smaller batch
     assert obs.shape == (64,) + envs.single_observation_space.shape
     with pytest.raises(ValueError, match="64 integers"):
         envs.step(np.zeros(3, int))  # one action per env
