@@ -81,6 +81,7 @@ from jaxsched import evaluate as ev
 from jaxsched import experiment, outputs, plots, policies, report
 from jaxsched.agents import checkpoint, training
 from jaxsched.errors import DataError
+from jaxsched.rollout import default_chunk
 from jaxsched.sim.env import ClusterEnv
 
 DEFAULT_CONFIG = "configs/gnn_ddqn.toml"
@@ -509,16 +510,31 @@ def evaluate_agent(run: RunConfig, trainer: training.Trainer, params, show_progr
     """
     config = dataclasses.replace(run.base, eval=dataclasses.replace(
         run.base.eval, schedulers=tuple(baselines or policies.REGISTRY)))
-    result = ev.evaluate(config, show_progress=show_progress)
+    # Per-episode metrics only: no per-job schedule and no timeline (a second stepped rollout
+    # of each baseline, compiled apart: half the main job's compile time), which the main
+    # job does not write.
+    result = ev.evaluate(dataclasses.replace(config, eval=dataclasses.replace(
+        config.eval, plots=False, per_job=False)), show_progress=show_progress)
     baseline_frame, info = result.per_episode, result.info
     start = time.perf_counter()
     name = trainer.scheduler.name
-    agent_frame = pd.DataFrame(agent_episodes(config, trainer.scheduler)(params))
+    agent_frame = pd.DataFrame(agent_episodes(_validation_batches(run, config), trainer.scheduler)(params))
     agent_frame.insert(0, "episode", np.arange(config.eval.episodes))
     agent_frame.insert(0, "scheduler", name)
     info.setdefault("seconds_per_scheduler", {})[name] = round(time.perf_counter() - start, 3)
     per_episode = pd.concat([agent_frame, baseline_frame], ignore_index=True)
     return per_episode, report.summarize(per_episode), info
+
+
+def _validation_batches(run: RunConfig, config: cfg_lib.Config) -> cfg_lib.Config:
+    """``config`` in batches of validation's size when every episode runs alone (a CPU,
+    ``rollout.default_chunk() == 1``: the results do not depend on the batch): the agent's
+    held-out episodes then reuse validation's compiled rollout instead of compiling it again
+    for another batch shape."""
+    if not run.train.valid_episodes or default_chunk() != 1:
+        return config
+    batch = validation_config(run).eval.batch_size
+    return dataclasses.replace(config, eval=dataclasses.replace(config.eval, batch_size=batch))
 
 
 def parse_baselines(text: str | None) -> tuple | None:

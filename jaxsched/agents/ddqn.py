@@ -15,6 +15,7 @@ takes ``params`` and merges them with the graphdef inside.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -233,8 +234,11 @@ def td_loss(params, target_params, graphdef, config: AgentConfig, batch, gamma: 
     return loss, q_taken.mean()
 
 
+@functools.lru_cache(maxsize=None)
 def greedy_policy(graphdef, config: AgentConfig):
-    """``policy(params, obs, key) -> flat action``: the trained agent for ``rollout``."""
+    """``policy(params, obs, key) -> flat action``: the trained agent for ``rollout``.
+    Cached: equal networks and settings give the same function, so every trainer of a run
+    (validation's, the final evaluation's) shares one jitted rollout."""
 
     def policy(params, obs, key):
         del key
