@@ -89,9 +89,10 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         add_batch_size=num_envs, sample_batch_size=agent.batch_size,
         sample_sequence_length=n + 1, period=1)
 
-    # The graphdef is static: build it once from an example observation.
+    # The graphdef is static: build it once from an example observation, abstractly (an
+    # eager network init compiled ~100 one-operation programs in every first run).
     example = training.example_obs(reset_envs)
-    graphdef, _ = ddqn.create(agent, example, jax.random.key(0))
+    graphdef, _ = jax.eval_shape(lambda key: ddqn.create(agent, example, key), jax.random.key(0))
 
     def init(key) -> Runner:
         k_net, k_env, key = jax.random.split(key, 3)

@@ -131,7 +131,8 @@ def make_reset(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
 def example_obs(reset_envs: Callable):
     """One (unbatched) observation of zeros shaped like the training envs' (to size networks)."""
     _, obs = jax.eval_shape(reset_envs, jax.random.key(0))
-    return jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), obs)
+    # One program for every field (eager zeros compiled one per field's shape).
+    return jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), obs))()
 
 
 def auto_reset(reset_envs: Callable, key, done, state, obs):
