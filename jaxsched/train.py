@@ -727,8 +727,12 @@ def main(argv=None, prog: str = "python -m jaxsched.train") -> int:
         {"config": cfg_lib.to_dict(run.base), "eval_config": cfg_lib.to_dict(eval_run.base), "agent": dataclasses.asdict(run.agent),
          "train": dataclasses.asdict(run.train), "info": info}, indent=2, default=str))
     print(f"wrote {out_dir}/")
+    if run.agent.kind in LEARNER_DOCS:
+        print(f"what it means, and the committed runs to compare with: {LEARNER_DOCS[run.agent.kind]}")
     return 0
 
+
+LEARNER_DOCS = {"gnn-ddqn": "docs/learners/gnn-ddqn.md", "drr": "docs/learners/drr-results.md"}
 
 PAIRED_TITLES = {"jct_mean": "mean-JCT (s)", "frag_rate": "fragmentation-rate", "gpu_alloc": "GPU-allocation",
                  "queue_delay_mean": "mean queueing delay (s)",

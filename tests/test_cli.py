@@ -64,3 +64,14 @@ def test_an_output_folder_under_a_file_is_refused_before_any_work(command, tmp_p
     assert cli.main([command, "--out", str(tmp_path / "afile" / "run")]) == 2
     err = capsys.readouterr().err
     assert "afile is a file, not a folder" in err and "Traceback" not in err
+
+
+def test_every_learner_points_to_a_docs_page_that_exists():
+    """The main job ends by naming the page that explains its result."""
+    from pathlib import Path
+
+    from jaxsched import agents
+
+    root = Path(__file__).resolve().parent.parent
+    for kind in agents.LEARNERS:
+        assert (root / train_lib.LEARNER_DOCS[kind]).is_file(), kind
