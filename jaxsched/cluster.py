@@ -9,6 +9,13 @@ the usual published training-throughput ratios (e.g. Gavel, OSDI '20; vendor ben
 the openb models G2 and G3 are undisclosed, so we pick G2 = 0.8 (a mid-range card, the most
 common model in openb) and G3 = 1.2 (newer, on the largest nodes); PAI's "MISC" = 0.5.
 These are defaults: pass ``speeds={...}`` to override any of them.
+
+Per-job-type speeds: ``to_cluster(table, type_speeds={model: [speed of type 0, 1, ...]})``
+gives every GPU model one speed per job type (T types), so that a job's speed-up from one
+model to another depends on its type (Gavel's throughputs: ``workload.gavel.type_speeds``).
+The cluster's ``type_speed`` [N, T] holds them; its ``speed`` is type 0's. Without it the
+cluster has one type whose speeds are the per-model table above. Jobs name their type in
+``Jobs.job_type``; ``check_job_types`` checks it against the cluster on the host.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import numpy as np
 
 from jaxsched.errors import DataError
 from jaxsched.textfile import read_text
-from jaxsched.types import MAX_GPUS_PER_NODE, Cluster
+from jaxsched.types import MAX_GPUS_PER_NODE, Cluster, check_job_type
 
 # Order fixes the model ids (bit positions of Jobs.model_mask); append, never reorder.
 MODEL_NAMES = ("V100M16", "V100M32", "P100", "T4", "A10", "G2", "G3", "V100", "MISC", "CPU")
@@ -224,8 +231,14 @@ def work_capacity(table: NodeTable, speeds: dict | None = None) -> float:
 
 
 def to_cluster(table: NodeTable, pad_nodes: int | None = None, max_gpus: int = MAX_GPUS_PER_NODE,
-               speeds: dict | None = None) -> Cluster:
-    """Pad a ``NodeTable`` to ``pad_nodes`` x ``max_gpus`` and build the ``Cluster`` pytree (numpy)."""
+               speeds: dict | None = None, type_speeds: dict | None = None) -> Cluster:
+    """Pad a ``NodeTable`` to ``pad_nodes`` x ``max_gpus`` and build the ``Cluster`` pytree (numpy).
+
+    ``speeds`` overrides ``DEFAULT_SPEEDS`` per model (one job type). ``type_speeds`` instead
+    gives, per model name, the speeds of T job types (a sequence of T finite numbers > 0, the
+    same T for every model): every GPU model of the table must be in it (CPU-only and padding
+    nodes get 1.0); ``Cluster.speed`` is then its type 0. Give one or the other.
+    """
     n = len(table)
     size = n if pad_nodes is None else pad_nodes
     if size < n:
@@ -234,10 +247,17 @@ def to_cluster(table: NodeTable, pad_nodes: int | None = None, max_gpus: int = M
         raise DataError("cluster", None, "max_gpus", f"{max_gpus} > {MAX_GPUS_PER_NODE} GPUs per node")
     if table.num_gpus.max(initial=0) > max_gpus:
         raise DataError("cluster", None, "max_gpus", f"a node has more than {max_gpus} GPUs")
-    speed_of = {**DEFAULT_SPEEDS, **(speeds or {})}
-    for name, value in speed_of.items():
-        if not value > 0:
-            raise DataError("speeds", None, name, f"speed must be > 0, got {value}")
+    if type_speeds is None:
+        speed_of = {**DEFAULT_SPEEDS, **(speeds or {})}
+        for name, value in speed_of.items():
+            if not value > 0:
+                raise DataError("speeds", None, name, f"speed must be > 0, got {value}")
+        per_type = {name: np.asarray([value], np.float32) for name, value in speed_of.items()}
+    elif speeds is not None:
+        raise DataError("cluster", None, "speeds", "give speeds or type_speeds, not both")
+    else:
+        per_type = _type_speed_table(table, type_speeds)
+    num_types = len(next(iter(per_type.values())))
 
     def pad(values, dtype, fill=0):
         out = np.full(size, fill, dtype)
@@ -246,13 +266,51 @@ def to_cluster(table: NodeTable, pad_nodes: int | None = None, max_gpus: int = M
 
     num_gpus = pad(table.num_gpus, np.int32)
     valid = pad(np.ones(n, bool), bool, False)
-    speed = np.asarray([speed_of[MODEL_NAMES[m]] for m in table.model], np.float32)
+    type_speed = np.ones((size, num_types), np.float32)
+    for i, (model, gpus) in enumerate(zip(table.model, table.num_gpus)):
+        if gpus > 0 or type_speeds is None:  # with type_speeds, CPU-only nodes run at 1.0
+            type_speed[i] = per_type[MODEL_NAMES[model]]
     return Cluster(
         num_gpus=num_gpus,
         gpu_model=pad(table.model, np.int32, model_id("CPU")),
-        speed=pad(speed, np.float32, 1.0),
+        speed=type_speed[:, 0].copy(),
         cpu_milli=pad(table.cpu_milli, np.int32),
         mem_mib=pad(table.mem_mib, np.int32),
         valid=valid,
         gpu_exists=(np.arange(max_gpus)[None, :] < num_gpus[:, None]) & valid[:, None],
+        type_speed=type_speed,
     )
+
+
+def _type_speed_table(table: NodeTable, type_speeds: dict) -> dict:
+    """{model name: [T] float32} of ``to_cluster``'s ``type_speeds``, checked (``DataError``
+    naming the model, and the type index for a bad speed)."""
+    if not isinstance(type_speeds, dict) or not type_speeds:
+        raise DataError("type_speeds", None, None, "expected a non-empty {model name: [speeds per job type]}")
+    out, num_types = {}, None
+    for name, values in type_speeds.items():
+        if name not in MODEL_NAMES or name == "CPU":
+            raise DataError("type_speeds", None, str(name), f"unknown GPU model; known: {MODEL_NAMES[:-1]}")
+        row = np.asarray(values, np.float64).reshape(-1) if np.ndim(values) <= 1 else None
+        if row is None or row.size == 0:
+            raise DataError("type_speeds", None, name, f"expected a list of speeds, one per job type, got {values!r}")
+        if num_types is not None and row.size != num_types:
+            raise DataError("type_speeds", None, name, f"{row.size} job types; the first model has {num_types}")
+        num_types = row.size
+        bad = np.flatnonzero(~(np.isfinite(row) & (row > 0)))
+        if bad.size:
+            raise DataError("type_speeds", None, name,
+                            f"job type {bad[0]}: speed must be a finite number > 0, got {row[bad[0]]}")
+        out[name] = row.astype(np.float32)
+    lacking = sorted({MODEL_NAMES[m] for m, g in zip(table.model, table.num_gpus) if g > 0} - set(out))
+    if lacking:
+        raise DataError("type_speeds", None, lacking[0], "a GPU model of the cluster has no speeds")
+    return out
+
+
+def check_job_types(cluster: Cluster, jobs, where: str = "jobs") -> None:
+    """Every valid job's ``job_type`` names a row of ``cluster.type_speed`` (0 <= type < T):
+    else a ``DataError`` naming the first bad job. The env does not check (inside ``jit`` it
+    cannot raise): call this where a workload meets a cluster on the host."""
+    valid = np.asarray(jobs.valid, bool)
+    check_job_type(np.where(valid, np.asarray(jobs.job_type), 0), cluster.num_types, where=where)

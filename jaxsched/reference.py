@@ -6,7 +6,7 @@ ordinary lists and a heap. It shares no code with ``jaxsched/sim`` or
 pass. Speed does not matter here; being obviously right does.
 
 Times are float32 exactly as the contract says (``float32(t) + float32(work) /
-float32(speed)``), so per-job node, GPUs, start and end match the JAX side bit for bit.
+float32(speed)``, the speed of the job's type on the node), so per-job node, GPUs, start and end match the JAX side bit for bit.
 Time-weighted integrals are accumulated in float64; the JAX side uses float32, so those
 metrics are compared with a relative tolerance.
 
@@ -91,6 +91,7 @@ class _Job(NamedTuple):
     mem_mib: int
     model_mask: int
     deadline_s: np.float32
+    job_type: int  # column of the cluster's type_speed
 
 
 def _model_allowed(model_mask: int, gpu_model: int) -> bool:
@@ -164,7 +165,11 @@ class ReferenceSim:
         gpu_exists = np.asarray(cluster.gpu_exists, bool).reshape(self.N, -1)
         self.G = gpu_exists.shape[1]
         self.gpu_model = [int(m) for m in np.asarray(cluster.gpu_model)]
-        self.speed = [np.float32(s) for s in np.asarray(cluster.speed, np.float32)]
+        self.speed = [np.float32(s) for s in np.asarray(cluster.speed, np.float32)]  # job type 0's
+        # type_speed[n][t]: the speed of a job of type t on node n (semantics.md, "Job types").
+        self.type_speed = [[np.float32(s) for s in row]
+                           for row in np.asarray(cluster.type_speed, np.float32).reshape(self.N, -1)]
+        self.T = len(self.type_speed[0]) if self.N else 1
         self.cpu_cap = [int(c) for c in np.asarray(cluster.cpu_milli)]
         self.mem_cap = [int(m) for m in np.asarray(cluster.mem_mib)]
         # Existing GPU indices per node; padding nodes hold nothing.
@@ -186,7 +191,7 @@ class ReferenceSim:
         cols = {
             name: np.asarray(getattr(jobs, name))
             for name in ("arrival_s", "work_s", "num_gpu", "gpu_milli", "cpu_milli", "mem_mib",
-                         "model_mask", "deadline_s")
+                         "model_mask", "deadline_s", "job_type")
         }
         self.jobs = [
             _Job(
@@ -198,6 +203,7 @@ class ReferenceSim:
                 mem_mib=int(cols["mem_mib"][j]),
                 model_mask=int(cols["model_mask"][j]),
                 deadline_s=np.float32(cols["deadline_s"][j]),
+                job_type=int(cols["job_type"][j]),
             )
             for j in range(self.J)
         ]
@@ -207,6 +213,8 @@ class ReferenceSim:
                 raise ValueError(f"job {j}: num_gpu={job.num_gpu} needs gpu_milli=1000, got {job.gpu_milli}")
             if j > 0 and job.arrival_s < self.jobs[j - 1].arrival_s:
                 raise ValueError(f"job {j}: jobs must be sorted by arrival_s")
+            if not 0 <= job.job_type < self.T:
+                raise ValueError(f"job {j}: job_type {job.job_type} is not one of the cluster's {self.T} types")
 
         # --- FGD classes (prob read as float32, then used in float64 sums) ---
         self.classes = [
@@ -455,7 +463,7 @@ class ReferenceSim:
         if self.config.mode == "static":
             self.end_s[j] = np.float32(np.inf)  # no departures: held forever
         elif job.num_gpu > 0:
-            self.end_s[j] = np.float32(self.time_s + job.work_s / self.speed[n])
+            self.end_s[j] = np.float32(self.time_s + job.work_s / self.type_speed[n][job.job_type])
         else:
             self.end_s[j] = np.float32(self.time_s + job.work_s)
         self._remove_from_queue(j)
@@ -677,7 +685,8 @@ class ReferenceSim:
         self._take(j, d, gpus)
 
         pause = np.float32(cfg.migration_pause_s)
-        new_end = np.float32(np.float32(t + pause) + np.float32(np.float32((end - t) * self.speed[s]) / self.speed[d]))
+        speed = [row[job.job_type] for row in self.type_speed]  # the job's type's speeds
+        new_end = np.float32(np.float32(t + pause) + np.float32(np.float32((end - t) * speed[s]) / speed[d]))
         self.end_s[j] = new_end
         self.running.remove((end, j))
         self.running.append((new_end, j))
@@ -1095,7 +1104,9 @@ def _runnable_nodes(sim: ReferenceSim, j: int) -> list[int]:
 
 
 def _finish_s(sim: ReferenceSim, j: int, n: int) -> np.float32:
-    """``t + run_s(j, n)``: when job j would end if placed on node n now (float32, as ends are)."""
+    """``t + run_s(j, n)``: when job j would end if placed on node n now (float32, as ends are),
+    estimated as the elasticflow policy does, with the cluster's ``speed`` (job type 0's): the
+    policies do not read job types (semantics.md, "Job types")."""
     job = sim.jobs[j]
     if job.num_gpu > 0:
         return np.float32(sim.time_s + job.work_s / sim.speed[n])

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxsched.errors import DataError
+
 GPU_MILLI = 1000  # capacity of one GPU in milli-GPU
 MAX_GPUS_PER_NODE = 8
 # Total FragClasses.weight allowed: sum_m weight_m * F_n(m) <= MAX_FRAG_WEIGHT * 8,000 fits int32.
@@ -34,11 +36,16 @@ class Cluster:
 
     num_gpus   [N] int32    GPUs on the node (0..G)
     gpu_model  [N] int32    index into ``cluster.MODEL_NAMES`` (ignored when num_gpus == 0)
-    speed      [N] float32  speed of the node's GPU model (work units per second)
+    speed      [N] float32  speed of the node's GPU model for job type 0 (work units per
+                            second): what node rankings, price and work capacity read
     cpu_milli  [N] int32    CPU capacity, milli-cores
     mem_mib    [N] int32    memory capacity, MiB
     valid      [N] bool     False for padding nodes
     gpu_exists [N, G] bool  GPU g exists on node n (g < num_gpus[n] and valid[n])
+    type_speed [N, T] float32  speed of job type t on node n (T job types, >= 1; column 0 ==
+                            ``speed``): a GPU job of type t runs ``work_s / type_speed[n, t]``
+                            seconds on node n. Node-major like every field here, so that
+                            selecting nodes selects its rows
     """
 
     num_gpus: jax.Array
@@ -48,6 +55,7 @@ class Cluster:
     mem_mib: jax.Array
     valid: jax.Array
     gpu_exists: jax.Array
+    type_speed: jax.Array
 
     @property
     def num_nodes(self) -> int:
@@ -56,6 +64,11 @@ class Cluster:
     @property
     def max_gpus(self) -> int:
         return self.gpu_exists.shape[-1]
+
+    @property
+    def num_types(self) -> int:
+        """T, the job types the cluster has speeds for."""
+        return self.type_speed.shape[-1]
 
 
 @struct.dataclass
@@ -71,6 +84,10 @@ class Jobs:
     model_mask [J] int32    bit m set = GPU model m allowed (ALL_MODELS = any)
     deadline_s [J] float32  deadline for EDF order (+inf when none)
     valid      [J] bool     False for padding
+    job_type   [J] int32    row of ``Cluster.type_speed`` giving the job's speed on each node
+                            (0 everywhere by default: one type, the per-model speeds);
+                            ``0 <= job_type < Cluster.num_types``, checked on the host
+                            (``cluster.check_job_types``), not in the env
     """
 
     arrival_s: jax.Array
@@ -82,6 +99,7 @@ class Jobs:
     model_mask: jax.Array
     deadline_s: jax.Array
     valid: jax.Array
+    job_type: jax.Array
 
     @property
     def num_jobs(self) -> int:
@@ -262,6 +280,8 @@ class Observation:
     job_work_s   [K]     float32  work of the window jobs (seconds at speed 1.0)
     job_wait_s   [K]     float32  time each window job has waited so far
     job_deadline_s [K]   float32  deadline of the window jobs (+inf: none, and for empty slots)
+    job_type     [K]     int32    job type of the window jobs (their speeds: ``cluster.type_speed``
+                                  [:, job_type]; 0 for empty slots)
     place_mask   [K, N]  bool     job k fits on node n now
     action_mask  [K*N + K + 1] bool  legal flat actions (place, reject, wait)
     free_milli   [N, G]  int32;  free_cpu, free_mem [N] int32;  frag_node [N] float32
@@ -286,6 +306,7 @@ class Observation:
     job_work_s: jax.Array
     job_wait_s: jax.Array
     job_deadline_s: jax.Array
+    job_type: jax.Array
     place_mask: jax.Array
     action_mask: jax.Array
     free_milli: jax.Array
@@ -305,12 +326,17 @@ class Observation:
 
 def jobs_from_numpy(
     arrival_s, work_s, num_gpu, gpu_milli, cpu_milli, mem_mib,
-    model_mask=None, deadline_s=None, pad_to: int | None = None,
+    model_mask=None, deadline_s=None, pad_to: int | None = None, job_type=None,
+    num_types: int | None = None,
 ) -> Jobs:
-    """Build a sorted, padded ``Jobs`` from 1-D host arrays (stable sort by arrival)."""
+    """Build a sorted, padded ``Jobs`` from 1-D host arrays (stable sort by arrival).
+
+    ``job_type`` (default all 0) must hold whole numbers >= 0, and < ``num_types`` when given
+    (the cluster's T): else a ``DataError`` naming the first bad job (its input row)."""
     n = len(arrival_s)
     model_mask = np.full(n, ALL_MODELS, np.int32) if model_mask is None else model_mask
     deadline_s = np.full(n, np.inf, np.float32) if deadline_s is None else deadline_s
+    job_type = np.zeros(n, np.int32) if job_type is None else check_job_type(job_type, num_types, n)
     order = np.argsort(np.asarray(arrival_s, np.float64), kind="stable")
     size = n if pad_to is None else pad_to
     if size < n:
@@ -331,7 +357,29 @@ def jobs_from_numpy(
         model_mask=pad(model_mask, np.int32, 0),
         deadline_s=pad(deadline_s, np.float32, np.inf),
         valid=pad(np.ones(n, bool), bool, False),
+        job_type=pad(job_type, np.int32, 0),
     )
+
+
+def check_job_type(job_type, num_types: int | None = None, num_jobs: int | None = None,
+                   where: str = "jobs") -> np.ndarray:
+    """``job_type`` as int32 [J] after checking it: whole numbers, >= 0, < ``num_types`` (when
+    given), ``num_jobs`` of them (when given). A ``DataError`` names ``where``, the field
+    ``job_type`` and the first bad job (its index in the input)."""
+    values = np.asarray(job_type)
+    if values.ndim != 1 or (num_jobs is not None and len(values) != num_jobs):
+        raise DataError(where, None, "job_type", f"expected {num_jobs} job types, got shape {values.shape}")
+    as_float = values.astype(np.float64) if values.dtype.kind in "biuf" else None
+    if as_float is None:
+        raise DataError(where, None, "job_type", f"not numbers (dtype {values.dtype})")
+    top = np.inf if num_types is None else num_types
+    bad = np.flatnonzero(~((as_float == np.floor(as_float)) & (as_float >= 0) & (as_float < top)))
+    if bad.size:
+        j = int(bad[0])
+        limit = "" if num_types is None else f" and < {num_types} (the cluster's job types)"
+        raise DataError(where, None, "job_type",
+                        f"job {j}: must be a whole number >= 0{limit}, got {values[j].item()!r}")
+    return values.astype(np.int32)
 
 
 def to_device(tree):

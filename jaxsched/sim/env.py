@@ -385,7 +385,8 @@ class ClusterEnv:
         bits = resources.mask_to_bits(gpus)
         used_row = jnp.where(resources.bits_to_mask(bits, cluster.max_gpus) & place, jobs.gpu_milli[j], 0)
         free_mem = core.free_mem.at[n].add(-jnp.where(place, jobs.mem_mib[j], 0))
-        run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / cluster.speed[n], jobs.work_s[j])
+        speed = cluster.type_speed[n, jobs.job_type[j]]  # the job's type's speed on node n
+        run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / speed, jobs.work_s[j])
         end = INF if cfg.static else core.time_s + run_s
         core = self._set_node(core, jobs, params, n, -used_row, free_cpu, free_mem, place)
         core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], place.astype(jnp.int32))
@@ -423,7 +424,9 @@ class ClusterEnv:
         return state.replace(core=core), jnp.where(place, cost_s, 0.0), legal
 
     def _gpu_price_s(self, cluster, n, num_gpu, gpu_milli, run_s):
-        """reward_gpu_price's charge (seconds) for holding num_gpu x gpu_milli on node n for run_s."""
+        """reward_gpu_price's charge (seconds) for holding num_gpu x gpu_milli on node n for run_s.
+        The premium is the GPU's (``cluster.speed``, job type 0: what later jobs lose), whatever
+        the placed job's type; ``run_s`` is the job's own run time."""
         gpus = cluster.num_gpus.astype(jnp.float32)
         order = jnp.argsort(cluster.speed)
         half = jnp.cumsum(gpus[order]) >= 0.5 * gpus.sum()
@@ -494,6 +497,7 @@ class ClusterEnv:
             job_work_s=pick(jobs.work_s, 0.0),
             job_wait_s=pick(core.time_s - jobs.arrival_s, 0.0),
             job_deadline_s=pick(jobs.deadline_s, INF),
+            job_type=pick(jobs.job_type),
             place_mask=place_mask,
             action_mask=jnp.concatenate([place_mask.ravel(), occupied & live, wait_ok[None]]),
             free_milli=core.free_milli,
@@ -1204,10 +1208,11 @@ class ClusterEnv:
         core = self._count_class(core, d, num_gpu, gpu_milli, move.astype(jnp.int32))
         core = self._resync(core, jobs, cluster, jnp.where(move, s, -1))  # s gained, d lost
 
-        # Pause, then the rest of its work at the destination's speed; re-sort the ring.
+        # Pause, then the rest of its work at the destination's speed (its type's); re-sort the ring.
         pause = jnp.float32(cfg.migration_pause_s)
         end = core.run_end_s[pos]
-        new_end = (t + pause) + ((end - t) * cluster.speed[s]) / cluster.speed[d]
+        kind = jobs.job_type[j]
+        new_end = (t + pause) + ((end - t) * cluster.type_speed[s, kind]) / cluster.type_speed[d, kind]
         core = self._running_insert(self._running_remove(core, pos, move), j, new_end, move)
         acc = core.acc.replace(
             migrations=core.acc.migrations + move,

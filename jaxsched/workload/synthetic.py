@@ -378,4 +378,5 @@ def generate(key: jax.Array, config: SyntheticConfig = SyntheticConfig()) -> typ
         model_mask=pad(model_mask.astype(jnp.int32), jnp.int32, 0),
         deadline_s=pad(deadline, jnp.float32, jnp.inf),
         valid=pad(jnp.ones((n,), bool), jnp.bool_, False),
+        job_type=jnp.zeros((size,), jnp.int32),  # one job type: the clusters' per-model speeds
     )
