@@ -29,6 +29,17 @@ per job j = 0..J-1:
   job_type   uniform among the types that run at that scale factor (every type at 1, the
              ``distributed`` ones above 1); an index into ``JOB_TYPES`` (= ``Throughputs.job_types``)
 Returned as ``GavelJobs`` (arrays of ``num_jobs``, sorted by arrival).
+
+**Into the simulator.** A job's speed depends on its type and its scale factor, so the
+cluster's job types (``Cluster.type_speed``, docs/semantics.md "Job types") are Gavel's
+(job type, scale factor) pairs: row ``type_row(t, s) = t × 4 + index of s in (1, 2, 4, 8)``.
+``type_speeds(throughputs, models)`` gives ``cluster.to_cluster``'s ``type_speeds`` table,
+``{cluster model: [4T] speeds}``, with ``models`` mapping Gavel's GPU types onto the cluster's
+models (``{"v100": "V100", "p100": "P100"}``; jaxsched has no K80 model yet, so k80 can only
+stand in for another model). ``to_jobs(jobs, throughputs, models, gpus_per_node)`` turns
+``GavelJobs`` into the env's ``Jobs``: whole GPUs, its row as ``job_type``, a model mask of the
+mapped models its type runs on. Only single-node jobs: a job with more GPUs than a node has
+(a gang over servers, later work) is refused with a ``DataError`` counting them.
 """
 
 from __future__ import annotations
@@ -44,8 +55,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsched import cluster as _cluster
 from jaxsched.errors import DataError
 from jaxsched.textfile import read_text
+from jaxsched.types import GPU_MILLI, Jobs, jobs_from_numpy
 
 GPU_TYPES = ("k80", "p100", "v100")
 REFERENCE_GPU = "v100"
@@ -322,3 +335,90 @@ def generate(key: jax.Array, config: GavelConfig) -> GavelJobs:
     return GavelJobs(arrival_s=arrival.astype(jnp.float32), work_s=work.astype(jnp.float32),
                      num_gpus=jnp.asarray(SCALE_FACTORS, jnp.int32)[scale],
                      job_type=job_type.astype(jnp.int32))
+
+
+# ---------------------------------------------------------------------------- into the simulator
+
+PLACEHOLDER_SPEED = 1.0  # type_speeds' entry where a row cannot run (0) or was not measured (NaN)
+
+
+def type_row(job_type, num_gpus):
+    """Row of ``type_speeds`` (the env's ``Jobs.job_type``) of Gavel job type ``job_type`` at
+    scale factor ``num_gpus`` (1, 2, 4 or 8): ``job_type * 4 + SCALE_FACTORS.index(num_gpus)``.
+    Works on ints and arrays; a scale factor outside 1, 2, 4, 8 gives -1."""
+    num_gpus = np.asarray(num_gpus)
+    index = np.select([num_gpus == s for s in SCALE_FACTORS], np.arange(len(SCALE_FACTORS)), -1)
+    return np.where(index >= 0, np.asarray(job_type) * len(SCALE_FACTORS) + index, -1)
+
+
+def _measured_speeds(throughputs: Throughputs, models: dict) -> dict:
+    """{cluster model: [4T] float64} of each mapped Gavel GPU type (NaN: not measured; 0: the
+    job cannot run there), rows by ``type_row``; ``models`` checked."""
+    if not isinstance(models, dict) or not models:
+        raise DataError("gavel", None, "models", "expected {Gavel GPU type: cluster model name}, e.g. "
+                        "{'v100': 'V100', 'p100': 'P100'}")
+    out = {}
+    for gpu, model in models.items():
+        if gpu not in throughputs.gpu_types:
+            raise DataError("gavel", None, "models", f"unknown Gavel GPU type {gpu!r}; known: {throughputs.gpu_types}")
+        if model not in _cluster.MODEL_NAMES or model == "CPU":
+            raise DataError("gavel", None, "models", f"{gpu!r} -> unknown GPU model {model!r}; "
+                            f"known: {_cluster.MODEL_NAMES[:-1]}")
+        if model in out:
+            raise DataError("gavel", None, "models", f"two Gavel GPU types map onto {model!r}")
+        g = throughputs.gpu_types.index(gpu)
+        out[model] = np.stack([throughputs.speed(s)[:, g] for s in SCALE_FACTORS], axis=1).reshape(-1)
+    return out
+
+
+def type_speeds(throughputs: Throughputs, models: dict) -> dict:
+    """``cluster.to_cluster``'s ``type_speeds``: {cluster model: [4T] speeds}, row ``type_row(t,
+    s)`` = type t's throughput at scale factor s on that GPU over the V100's (consolidated: one
+    server). ``models`` maps Gavel GPU types onto cluster models. Where a row cannot run (0) or
+    was not measured (NaN) the entry is ``PLACEHOLDER_SPEED``, never used: ``to_jobs`` keeps a
+    job off models where its row is 0 and refuses unmeasured rows."""
+    speeds = _measured_speeds(throughputs, models)
+    return {m: np.where(np.isfinite(v) & (v > 0), v, PLACEHOLDER_SPEED) for m, v in speeds.items()}
+
+
+def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_node: int,
+            cpu_milli_per_gpu: int = 0, mem_mib_per_gpu: int = 0, pad_to: int | None = None) -> Jobs:
+    """The env's ``Jobs`` (numpy) of Gavel jobs on a cluster built with ``type_speeds(throughputs,
+    models)``: ``num_gpus`` whole GPUs, ``work_s`` as drawn (seconds on V100s), ``job_type`` =
+    ``type_row``, a model mask of the mapped models where the row's speed is > 0, CPU and memory
+    per GPU as given (Gavel models GPUs only: default 0).
+
+    ``DataError`` (field ``num_gpus`` or ``job_type``, naming the first job and how many): a
+    job needing more than ``gpus_per_node`` GPUs (multi-server gangs are not supported yet;
+    generate with ``multi_gpu=False`` or with servers of 8 GPUs), a job type outside the table,
+    a (type, scale factor) not measured, or one that runs on none of the mapped models."""
+    speeds = _measured_speeds(throughputs, models)
+    num_gpus = np.asarray(jobs.num_gpus)
+    kind = np.asarray(jobs.job_type)
+
+    def refuse(field, bad, problem):
+        j = int(np.flatnonzero(bad)[0])
+        raise DataError("gavel jobs", None, field, f"{int(bad.sum())} of {len(bad)} jobs {problem} "
+                        f"(the first: job {j}, type {kind[j]}, {num_gpus[j]} GPUs)")
+
+    too_big = num_gpus > gpus_per_node
+    if too_big.any():
+        refuse("num_gpus", too_big, f"need more than the {gpus_per_node} GPUs of one node: gangs "
+               "spanning servers are not supported yet")
+    row = type_row(kind, num_gpus)
+    outside = (kind < 0) | (kind >= len(throughputs.job_types)) | (row < 0)
+    if outside.any():
+        refuse("job_type", outside, f"have a job type outside 0..{len(throughputs.job_types) - 1} "
+               f"or a scale factor outside {SCALE_FACTORS}")
+    table = np.stack([speeds[m] for m in speeds], axis=1)[row]  # [J, mapped models]
+    if np.isnan(table).all(axis=1).any():
+        refuse("job_type", np.isnan(table).all(axis=1), "have a (job type, scale factor) Gavel did not measure")
+    bits = np.asarray([1 << _cluster.model_id(m) for m in speeds], np.int64)
+    mask = ((table > 0) * bits[None, :]).sum(axis=1)
+    if (mask == 0).any():
+        refuse("job_type", mask == 0, f"run on none of the mapped GPU types {tuple(models)} (speed 0)")
+    return jobs_from_numpy(
+        np.asarray(jobs.arrival_s), np.asarray(jobs.work_s), num_gpus, np.full(len(num_gpus), GPU_MILLI),
+        num_gpus * cpu_milli_per_gpu, num_gpus * mem_mib_per_gpu,
+        model_mask=mask.astype(np.uint32).astype(np.int32), pad_to=pad_to,
+        job_type=row, num_types=len(throughputs.job_types) * len(SCALE_FACTORS))
