@@ -26,6 +26,7 @@ from tests.sim.test_differential import (
     assert_episode_matches_reference, assert_same_metrics, assert_same_schedule, jitted_env_fns, make_env,
 )
 from tests.strategies import FRAG_CLASSES, MODELS, clusters, workloads
+from tests.strategies import PAD_JOBS as STRATEGY_JOBS, PAD_NODES as STRATEGY_NODES
 
 GAVEL_JSON = Path(__file__).resolve().parents[2].parent / "shared/data/gavel/simulation_throughputs.json"
 needs_gavel = pytest.mark.skipif(not GAVEL_JSON.exists(), reason=f"no {GAVEL_JSON}")
@@ -92,12 +93,18 @@ def test_typed_episode_matches_reference(order, policy, gpu_rule, tie_break, clu
     assert_episode_matches_reference(env, policy, with_types(cluster), jobs, seed)
 
 
+# Passes every 50 s move jobs off nodes below 0.6 GPU allocation, after a 10 s pause
+# (``test_migration``'s hand-worked move; one env, so the two tests below compile once).
+MOVE_ENV = ClusterEnv(EnvConfig(window=2, queue_capacity=8, running_capacity=10, tie_break="identity",
+                                resched_interval_s=50.0, resched_max_moves=5, resched_util_threshold=0.6,
+                                migration_pause_s=10.0))
+
+
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=typed_jobs(), seed=st.integers(0, 2**31 - 1))
 def test_typed_migrations_match_reference(cluster, jobs, seed):
     """A moved job's rest of work is rescaled by its type's speeds on source and destination."""
-    env = test_migration.make_env("first-fit")
-    state, got, ref = test_migration.run_both(env, "first-fit", with_types(cluster), jobs, seed)
+    state, got, ref = test_migration.run_both(MOVE_ENV, "first-fit", with_types(cluster), jobs, seed)
     target(float(ref["metrics"]["migrations"]))
     assert_same_schedule(state, ref)
     assert_same_metrics(got, ref["metrics"])
@@ -114,14 +121,14 @@ def test_hand_worked_move_rescales_by_the_jobs_types_speeds():
     base = test_migration.two_node_cluster()
     table = cl.NodeTable(names=("a", "b"), model=base.gpu_model, num_gpus=base.num_gpus,
                          cpu_milli=base.cpu_milli, mem_mib=base.mem_mib)
-    cluster = cl.to_cluster(table, type_speeds={"A10": [1.1, 2.0], "T4": [0.45, 0.5]})
+    speeds = {"A10": [1.1, 2.0], "T4": [0.45, 0.5]}  # padded to NUM_TYPES: the shapes of MOVE_ENV's test
+    speeds = {m: v + [1.0] * (NUM_TYPES - 2) for m, v in speeds.items()}
+    cluster = cl.to_cluster(table, pad_nodes=STRATEGY_NODES, type_speeds=speeds)
     jobs = jobs_from_numpy([0, 1, 2, 3], [330, 2000, 100, 2000], [2, 1, 1, 1], [1000] * 4, [0] * 4, [0] * 4,
                            model_mask=[-1, cl.model_mask(["T4"]), cl.model_mask(["T4"]), -1],
-                           job_type=[0, 0, 0, 1], num_types=2)
-    env = ClusterEnv(EnvConfig(window=2, tie_break="identity", resched_interval_s=50.0,
-                               resched_max_moves=5, resched_util_threshold=0.6, migration_pause_s=10.0))
-    state, got, ref = test_migration.run_both(env, "first-fit", cluster, jobs, 0)
-    assert np.asarray(state.node)[0].tolist() == [0, 1, 1, 1] and int(np.asarray(got["migrations"])[0]) == 1
+                           job_type=[0, 0, 0, 1], num_types=NUM_TYPES, pad_to=STRATEGY_JOBS)
+    state, got, ref = test_migration.run_both(MOVE_ENV, "first-fit", cluster, jobs, 0)
+    assert np.asarray(state.node)[0, :4].tolist() == [0, 1, 1, 1] and int(np.asarray(got["migrations"])[0]) == 1
     assert np.asarray(state.end_s)[0, 3] == np.float32(310 + (1003 - 300) * 2.0 / 0.5)
     assert_same_schedule(state, ref)
 
