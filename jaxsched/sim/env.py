@@ -609,7 +609,7 @@ class ClusterEnv:
         The job is examined (N fit tests) when it lands among the examined positions or the
         window has room: it joins the window if it fits somewhere, else it is parked.
         """
-        k, q = self.config.window, core.queue.shape[0]
+        k = self.config.window
         pos = self._queue_position(core, key)
         if self.config.queue_order == "fifo":
             core = core.replace(queue=_put(core.queue, pos, j, active),
