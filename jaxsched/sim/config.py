@@ -1,0 +1,177 @@
+"""The env's static settings: ``EnvConfig``, the values its fields allow, and their checks.
+
+``EnvConfig`` fixes shapes and code paths, so it is hashable and ``ClusterEnv`` (``sim/env.py``)
+is a static jit argument. What each setting means for the simulation: docs/semantics.md
+("Clock and events", "The window", "Reservation", "Static mode") and docs/schedulers.md
+("Rescheduling").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jaxsched.sim.resources import GPU_RULES
+
+INF = np.float32(np.inf)  # numpy, not a JAX array: importing the env must not start a backend
+MODES = ("dynamic", "static")
+QUEUE_ORDERS = ("fifo", "sjf", "edf")
+TIE_BREAKS = ("permutation", "identity")
+REWARDS = ("in_system", "placed_jct")
+RESCHED_TARGETS = ("alloc", "fgd")  # where a migrated job goes (EnvConfig.resched_target)
+DEFAULT_RESERVE_AFTER_S = 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """Static settings of the env (they fix shapes and code paths, so they are hashable).
+
+    mode: "dynamic" (jobs run and leave; queueing) or "static" (FGD protocol: no departures,
+      jobs arrive one by one, a job that fits nowhere fails).
+    window: K, queued jobs shown to the policy.
+    backfill: the window shows the first K queued jobs (in queue order) that fit some node
+      now (default): a job that fits nowhere never hides the jobs behind it, and a policy
+      that always takes slot 0 backfills greedily over the whole queue, as the Alibaba PAI
+      simulator's FIFO and SJF do. False: the first K queued jobs, fitting or not (the
+      strict head-of-queue window).
+    reserve_after_s: the starvation guard (backfill only; +inf = off, pure greedy
+      backfilling). When the oldest queued job that fits nowhere has waited this long, it
+      reserves the node where it can start soonest, and no other job may be placed on that
+      node until it leaves the queue (docs/semantics.md, "Reservation").
+    warmup_jobs, measured_jobs: the measurement window. Jobs warmup_jobs ..
+      warmup_jobs + measured_jobs - 1 (measured_jobs 0: to the last job) are measured: job
+      metrics are theirs, time-weighted ones cover [arrival of the first, arrival of the
+      last], and the episode ends once every measured job has finished, failed, been
+      rejected or dropped. Dynamic mode only; 0 and 0 measure the whole episode.
+    queue_capacity: Q, queued jobs held; an arrival beyond it is dropped and counted.
+    running_capacity: R, jobs running at once; while full no job can be placed (flagged).
+    queue_order: "fifo" (arrival), "sjf" (least work first) or "edf" (earliest deadline).
+    gpu_rule: which GPUs of the chosen node a job gets ("best-fit", "first-fit", "random",
+      "fgd", "buddy"; see ``resources.choose_gpus``). The reference knows all but "random".
+    tie_break: "permutation" (a random node rank per episode) or "identity" (rank = index).
+    reward: what a step's reward counts, times ``reward_scale``; either way an episode's
+      (undiscounted) return is -(total JCT of the jobs placed) * reward_scale, up to jobs
+      still in the system at a step cap:
+      "in_system": -(job-seconds spent in the system during the step);
+      "placed_jct": -(JCT of the job the step placed), known at placement (end = start +
+      run time); credits a placement's run time to the decision that chose the node at once.
+      (Migration pauses are not counted by "placed_jct".)
+    reward_gpu_price: "placed_jct" only; 0 (default) keeps the return -(total JCT). Above 0,
+      a placement also pays for the fast GPU time it holds, a shadow price of what later jobs
+      lose by not having it: price * (GPUs held) * (run time, s) * max(0, speed / s_common - 1),
+      where s_common is the GPU-weighted median speed of the cluster (the GPU most jobs fall
+      back to). So a whole GPU job prefers common GPUs and a fractional one, which shares its
+      GPU and so gets more work sped up per GPU-second, prefers fast ones. Evaluation still
+      measures JCT; only the training signal changes.
+    reward_scale: reward units per second. Default 1/3600: job-hours.
+    track_frag: keep each node's FGD fragmentation ``frag_node`` up to date after every event
+      (default). Off: it stays 0, the fragmentation metrics are NaN, and each event skips the
+      per-class fragmentation pass over the target workload (a fifth to a quarter of a
+      first-fit step on a 2-core CPU); for runs whose policy and metrics do not read it
+      (results/bench/bench_quick_nofrag.md, profile.md).
+    track_job_classes: keep per node the gpu-clustering job classes it hosts
+      (``Observation.node_classes``); costs a [N, G+1] count array in the state.
+    fgd_table: S > 0 keeps FGD's drop table (``Observation.fgd_shape``, ``fgd_drop``): for
+      the first S fractional and S other distinct job shapes (num_gpu, gpu_milli, cpu_milli)
+      of the episode, each node's drop (``frag.node_drops``), computed at reset and redone
+      for the one node an event changes, [S', G, M] + [S'', M] work (S', S'': the episode's
+      shapes of each kind, in blocks of ``FGD_TABLE_BLOCK``) instead of the fgd policy's
+      [M, N, G] pass at every decision; the policy looks the job up there and scores every
+      node itself only for a shape not in the table. 0: off.
+    resched_interval_s: seconds between rescheduling (migration) passes; 0 turns them off.
+      Dynamic mode only. Definition: docs/schedulers.md, "Rescheduling".
+    resched_max_moves: jobs moved per pass at most (DRR's ``re_num``).
+    resched_util_threshold: nodes whose GPU allocation is below this give jobs away.
+    resched_target: where a moved job goes: "alloc" the most allocated node it fits, GPUs by
+      best fit; "fgd" the node with the top FGD score for it (the fgd policy's score, ties:
+      the most allocated), GPUs by the GPU rule "fgd".
+    migration_pause_s: seconds a moved job is paused (its cost).
+    """
+
+    mode: str = "dynamic"
+    window: int = 8
+    backfill: bool = True
+    reserve_after_s: float = DEFAULT_RESERVE_AFTER_S
+    warmup_jobs: int = 0
+    measured_jobs: int = 0
+    queue_capacity: int = 1024
+    running_capacity: int = 1024
+    queue_order: str = "fifo"
+    gpu_rule: str = "best-fit"
+    tie_break: str = "permutation"
+    reward: str = "in_system"
+    reward_gpu_price: float = 0.0
+    reward_scale: float = 1.0 / 3600.0
+    track_job_classes: bool = False
+    track_frag: bool = True
+    fgd_table: int = 0
+    resched_interval_s: float = 0.0
+    resched_max_moves: int = 5
+    resched_util_threshold: float = 0.5
+    resched_target: str = "alloc"
+    migration_pause_s: float = 60.0
+
+    def __post_init__(self):
+        def bad(field, why):
+            raise ValueError(f"EnvConfig.{field} = {getattr(self, field)!r}: {why}")
+
+        for field, allowed in (("mode", MODES), ("queue_order", QUEUE_ORDERS),
+                               ("gpu_rule", GPU_RULES), ("tie_break", TIE_BREAKS),
+                               ("reward", REWARDS)):
+            if getattr(self, field) not in allowed:
+                bad(field, f"must be one of {allowed}")
+        for field in ("window", "queue_capacity", "running_capacity"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
+                bad(field, "must be a positive integer")
+        if isinstance(self.window, int) and self.window > 31:
+            bad("window", "must be <= 31 (the window's fit is kept as one int32 bit per slot)")
+        if self.queue_capacity < self.window:
+            bad("queue_capacity", f"must be >= window ({self.window})")
+        if not isinstance(self.backfill, bool):
+            bad("backfill", "must be true or false")
+        if not self.reserve_after_s >= 0:
+            bad("reserve_after_s", "must be a number >= 0 (+inf: no reservations)")
+        for field in ("warmup_jobs", "measured_jobs", "fgd_table"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
+                bad(field, "must be an integer >= 0")
+        if self.static and (self.warmup_jobs or self.measured_jobs):
+            bad("warmup_jobs" if self.warmup_jobs else "measured_jobs",
+                "static mode measures the whole episode (the FGD protocol): leave it 0")
+        if not self.reward_scale >= 0:
+            bad("reward_scale", "must be >= 0")
+        if not (self.reward_gpu_price >= 0 and np.isfinite(self.reward_gpu_price)):
+            bad("reward_gpu_price", "must be a finite number >= 0")
+        if self.reward_gpu_price > 0 and self.reward != "placed_jct":
+            bad("reward_gpu_price", 'prices placements, so it needs reward = "placed_jct"')
+        if not (self.resched_interval_s >= 0 and np.isfinite(self.resched_interval_s)):
+            bad("resched_interval_s", "must be a finite number >= 0 (0 = no rescheduling)")
+        if not isinstance(self.resched_max_moves, int) or self.resched_max_moves < 1:
+            bad("resched_max_moves", "must be a positive integer")
+        if not 0 <= self.resched_util_threshold <= 1:
+            bad("resched_util_threshold", "must be in [0, 1]")
+        if self.resched_target not in RESCHED_TARGETS:
+            bad("resched_target", f"must be one of {RESCHED_TARGETS}")
+        if not (self.migration_pause_s >= 0 and np.isfinite(self.migration_pause_s)):
+            bad("migration_pause_s", "must be a finite number >= 0")
+        if self.rescheduling and self.static:
+            bad("resched_interval_s", "rescheduling needs dynamic mode (static jobs never end)")
+
+    @property
+    def static(self) -> bool:
+        return self.mode == "static"
+
+    @property
+    def rescheduling(self) -> bool:
+        return self.resched_interval_s > 0
+
+    @property
+    def interrupts(self) -> bool:
+        """The event loop can stop for a rescheduling pass or a reservation, which run
+        outside it (``ClusterEnv._advance``, ``run_interrupt``)."""
+        return self.rescheduling or self.reserving
+
+    @property
+    def reserving(self) -> bool:
+        """Reservations can happen: backfilling, a finite reserve_after_s, dynamic mode."""
+        return self.backfill and np.isfinite(self.reserve_after_s) and not self.static
