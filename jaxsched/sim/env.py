@@ -17,7 +17,6 @@ before a decision is asked for.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +27,7 @@ from jaxsched.sim import frag, metrics, resources
 from jaxsched.sim.config import (
     DEFAULT_RESERVE_AFTER_S, INF, MODES, QUEUE_ORDERS, RESCHED_TARGETS, REWARDS, TIE_BREAKS, EnvConfig,
 )
+from jaxsched.sim.node_state import FGD_TABLE_BLOCK, UNUSED_SHAPE, NodeStateMixin
 from jaxsched.sim.when_due import when_due
 from jaxsched.types import (
     GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
@@ -37,10 +37,9 @@ from jaxsched.types import (
 # The env and its settings; the constants are re-exported from the modules that now hold
 # them, so ``from jaxsched.sim.env import QUEUE_ORDERS`` (and the rest) keeps working.
 __all__ = ["ClusterEnv", "EnvConfig", "INF", "MODES", "QUEUE_ORDERS", "TIE_BREAKS", "REWARDS",
-           "RESCHED_TARGETS", "DEFAULT_RESERVE_AFTER_S"]
+           "RESCHED_TARGETS", "DEFAULT_RESERVE_AFTER_S", "FGD_TABLE_BLOCK",
+           "UNUSED_SHAPE"]
 
-FGD_TABLE_BLOCK = 8  # drop-table columns scored together (``ClusterEnv._node_drops``)
-UNUSED_SHAPE = np.iinfo(np.int32).max  # an fgd table row no job has (unique sorts them last)
 WINDOW_FIELDS = ("win_job", "win_pos", "win_len", "scan_pos", "window_fit")  # what the window loops change
 
 
@@ -65,7 +64,7 @@ def _shift_up(arr, lo, hi):
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusterEnv:
+class ClusterEnv(NodeStateMixin):
     """Reset/step of one episode; every method is pure and can be jitted and vmapped.
 
     Equal configs give equal (and equally hashed) envs, so ``jit`` with the env as a static
@@ -690,109 +689,6 @@ class ClusterEnv:
                                  core.queue_len, core.num_running)
         return core.replace(time_s=t_new, acc=acc)
 
-    def _node_frag(self, free_row, free_cpu, model, params: EnvParams):
-        """FGD fragmentation of one node (or of every node, given [N] rows), or 0 when
-        ``track_frag`` is off."""
-        if not self.config.track_frag:
-            return jnp.zeros(free_row.shape[:-1], jnp.float32)
-        return frag.node_frag(free_row, free_cpu, model, params.frag_classes)
-
-    def _set_node(self, core: Core, jobs: Jobs, params: EnvParams, n, milli_delta, free_cpu, free_mem,
-                  active):
-        """Node n's resources change now (when ``active``): ``milli_delta`` [G] int32 added to
-        its free milli per GPU (negative: taken; zero when not ``active``), ``free_cpu`` and
-        ``free_mem`` the new [N] arrays. Settles the node's time integrals at its old values,
-        refreshes its fragmentation, cached summaries, ``window_fit`` bits (K fit tests) and
-        its row of the FGD drop table.
-
-        The free row is read back from the updated array, not handed in: every reader of the
-        old ``free_milli`` then feeds its one in-place update, and XLA need not copy [N, G]."""
-        cluster = params.cluster
-        free_milli = core.free_milli.at[n].add(milli_delta)
-        free_row = free_milli[n]
-        # Recomputed even when not ``active`` (the same exact value then: ``frag.frag_milli``),
-        # so that nothing reads the old ``frag_node``.
-        node_frag = self._node_frag(free_row, free_cpu[n], cluster.gpu_model[n], params)
-        used_before = metrics.used_milli(cluster.gpu_exists[n], free_row) + milli_delta.sum()
-        acc = metrics.settle_node(core.acc, n, core.time_s, core.measure_from_s, core.measure_to_s,
-                                  used_before, node_frag, milli_delta.sum(), active)
-        max_free, whole_free = resources.node_summary(free_row)
-        core = core.replace(
-            free_milli=free_milli,
-            free_cpu=free_cpu,
-            free_mem=free_mem,
-            frag_node=core.frag_node.at[n].set(node_frag),
-            max_free=core.max_free.at[n].set(max_free),
-            whole_free=core.whole_free.at[n].set(whole_free),
-            acc=acc,
-        )
-        if self.config.fgd_table:  # [2S, G, M] work: only for a node that changed (a cond)
-            row = jax.lax.cond(active, lambda: self._node_drops(
-                core.fgd_shape, free_row, cluster.gpu_exists[n], free_cpu[n], cluster.gpu_model[n], params),
-                lambda: core.fgd_drop[n])
-            core = core.replace(fgd_drop=core.fgd_drop.at[n].set(row))
-        return core.replace(window_fit=core.window_fit.at[n].set(self._column(core, jobs, cluster, n)))
-
-    def _fgd_table(self, jobs: Jobs, params: EnvParams, free_milli, free_cpu) -> dict:
-        """``Core.fgd_shape`` and ``fgd_drop`` at reset (``EnvConfig.fgd_table``): the shapes
-        are the first S distinct ones of each kind in sorted order (a sort, at reset only)."""
-        s, cluster = self.config.fgd_table, params.cluster
-        if not s:
-            return {"fgd_shape": jnp.full((1, 3), -1, jnp.int32), "fgd_drop": jnp.zeros((1, 1), jnp.int32)}
-        rows = jnp.stack([jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli], 1)  # [J, 3]
-        fractional = (jobs.num_gpu == 1) & (jobs.gpu_milli < GPU_MILLI)
-        kinds = [jnp.unique(jnp.where((jobs.valid & is_kind)[:, None], rows, UNUSED_SHAPE), axis=0,
-                            size=s, fill_value=UNUSED_SHAPE) for is_kind in (fractional, ~fractional)]
-        shape = jnp.concatenate(kinds)  # [2S, 3]; a row of int32 max matches no job
-        # Every GPU of a node is free at reset, so one GPU tells a fractional shape's drop.
-        drop = jax.vmap(lambda row, exists, cpu, model: self._node_drops(
-            shape, row, exists, cpu, model, params, tried=1))(free_milli, cluster.gpu_exists, free_cpu,
-                                                              cluster.gpu_model)
-        return {"fgd_shape": shape, "fgd_drop": drop}
-
-    def _node_drops(self, shape, free_row, exists, free_cpu, model, params: EnvParams, tried=None):
-        """[2S] int32: one node's row of the FGD drop table (``frag.node_drops``).
-
-        Only the shapes the episode has are scored (they come first in each kind), in blocks
-        of ``FGD_TABLE_BLOCK``: a loop as long as the episode's distinct shapes need, not the
-        table's S; the columns of unused rows stay 0.
-        """
-        s = self.config.fgd_table
-        block = math.gcd(s, FGD_TABLE_BLOCK)
-
-        def kind_row(kind, fractional):  # kind [S, 3] -> [S]
-            def score_block(i, row):
-                part = jax.lax.dynamic_slice_in_dim(kind, i * block, block)  # [block, 3]
-                drops = frag.node_drops(free_row, exists, free_cpu, model, params.frag_classes,
-                                        *part.T, fractional, tried if fractional else None)
-                return jax.lax.dynamic_update_slice_in_dim(row, drops, i * block, 0)
-
-            used = kind[:, 0] != UNUSED_SHAPE
-            row = jax.lax.fori_loop(0, (used.sum() + block - 1) // block, score_block, jnp.zeros(s, jnp.int32))
-            return jnp.where(used, row, 0)
-
-        return jnp.concatenate([kind_row(shape[:s], True), kind_row(shape[s:], False)])
-
-    def _class_count_shape(self, cluster) -> tuple:
-        """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking
-        (checkpointers refuse zero-size arrays)."""
-        return (cluster.num_nodes, cluster.max_gpus + 1) if self.config.track_job_classes else (1, 1)
-
-    def _count_class(self, core: Core, n, num_gpu, gpu_milli, delta):
-        """Add ``delta`` (int32) jobs of the (num_gpu, gpu_milli) class to node n's counts."""
-        if not self.config.track_job_classes:
-            return core
-        share = (num_gpu == 1) & (gpu_milli < GPU_MILLI)
-        c = jnp.where(share, 0, num_gpu)
-        delta = jnp.where(num_gpu > 0, delta, 0)  # CPU-only jobs have no class
-        return core.replace(class_count=core.class_count.at[n, c].add(delta))
-
-    def _node_classes(self, core: Core, cluster):
-        """[N] int32 class bits (bit c set = some job of class c is on the node)."""
-        if not self.config.track_job_classes:
-            return jnp.zeros(cluster.num_nodes, jnp.int32)
-        bits = jnp.left_shift(1, jnp.arange(core.class_count.shape[-1], dtype=jnp.int32))
-        return jnp.where(core.class_count > 0, bits, 0).sum(-1, dtype=jnp.int32)
 
     def _next_end_time(self, core: Core):
         """End time of the running job that ends first (+inf when none): O(1), the ring is sorted."""
@@ -920,16 +816,6 @@ class ClusterEnv:
         )
         return core
 
-    def _fits(self, core: Core, jobs: Jobs, cluster, j, n=None):
-        """Job(s) ``j`` ([...] indices) fit each node now -> [..., N] bool; or fit the one
-        node ``n`` when given -> [...] bool."""
-        free = (core.free_cpu, core.free_mem, core.max_free, core.whole_free)
-        if n is not None:
-            cluster = jax.tree.map(lambda x: x[n, None], cluster)
-            free = tuple(x[n, None] for x in free)
-        fit = resources.fits(cluster, *free, jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
-                             jobs.mem_mib[j], jobs.model_mask[j])
-        return fit if n is None else fit[..., 0]
 
     def _check_stop(self, state: SimState, core: Core, params: EnvParams):
         """Is ``core`` a decision point or the end? -> (core with ``done`` set at the end, stop).
