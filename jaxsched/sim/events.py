@@ -1,0 +1,242 @@
+"""Events and the clock (docs/semantics.md, "Clock and events", "Static mode").
+
+After every action ``_advance`` runs the event loop (``lax.while_loop``) to the next stop: a
+decision point, the end, or a due reservation or rescheduling pass, which run outside the
+loop (``_run_interrupt``). Each turn moves the clock to the next event and handles it:
+a completion (the running set is a ring sorted by end time, ``_running_insert``), an arrival,
+or a pass. ``ClusterEnv.turns`` runs the same turns one at a time.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxsched.sim import metrics, resources
+from jaxsched.sim.config import INF
+from jaxsched.sim.when_due import when_due
+from jaxsched.types import Core, EnvParams, Jobs, SimState
+
+
+class EventsMixin:
+    """``ClusterEnv``'s event loop and clock methods (reads ``self.config``; no fields of its own)."""
+
+    def _advance(self, state: SimState, params: EnvParams) -> SimState:
+        """Process events until a decision point or the end of the episode.
+
+        The inner loop carries only ``core``. It stops early when a rescheduling pass or a
+        reservation is due; that runs here, on the whole state (a pass rewrites moved jobs'
+        records), and the loop resumes. Both are rare (a pass per ``resched_interval_s``).
+        One loop, the due work first (skipped when none is due, as after an action, also
+        under ``vmap``: ``when_due``), so the event loop is traced and compiled once.
+        """
+        if not self.config.interrupts:
+            return state.replace(core=self._event_loop(state, params))
+
+        def resume(carry):
+            state = when_due(lambda s: self.interrupted(s.core), self._run_interrupt, carry[0], params)
+            state = state.replace(core=self._event_loop(state, params))
+            return state, self.interrupted(state.core)
+
+        return jax.lax.while_loop(lambda carry: carry[1], resume, (state, jnp.bool_(True)))[0]
+
+    def interrupted(self, core: Core):
+        """The event loop stopped for work it leaves to ``_advance``: a rescheduling pass or
+        a reservation is due now (``EnvConfig.interrupts``)."""
+        return core.resched_due | core.resv_due
+
+    def _run_interrupt(self, state: SimState, params: EnvParams) -> SimState:
+        """The due reservation or rescheduling pass (at most one is due at a time)."""
+        core = state.core
+        if self.config.reserving:
+            state = self._reserve(state, params, core.resv_due)
+        if self.config.rescheduling:
+            state = self._reschedule(state, params, core.resched_due)
+        return state
+
+    def _event_loop(self, state: SimState, params: EnvParams) -> Core:
+        """Handle one event per turn until a decision point, the end, or a due pass."""
+        if self.config.static:
+            core, _ = jax.lax.while_loop(
+                lambda carry: ~carry[1],
+                lambda carry: self._static_turn(state, carry[0], params),
+                (state.core, state.core.done))
+            return core
+        core, stop = self._check_stop(state, state.core, params)
+        core, _ = jax.lax.while_loop(
+            lambda carry: ~carry[1],
+            lambda carry: self._dynamic_turn(state, carry[0], params),
+            (core, stop | core.done),
+        )
+        return core
+
+    def _check_stop(self, state: SimState, core: Core, params: EnvParams):
+        """Is ``core`` a decision point or the end? -> (core with ``done`` set at the end, stop).
+
+        Only once every event at the current instant is handled: then a decision point when a
+        window job fits and the running set has room, else the end when no event is left.
+        A boundary (every event at the current instant handled) is also where a reservation
+        is made (``_reserve``) and where the episode ends early once every measured job has
+        left: finished, failed, rejected or dropped.
+        """
+        t_next = self._next_event_time(core, state.jobs)
+        boundary = t_next > core.time_s
+        if self.config.reserving:  # first the reservation (the loop stops for it), then the rest
+            due, _ = self._reservation_due(state, core, boundary & ~core.resched_due)
+            core = core.replace(resv_due=due)
+            boundary = boundary & ~due
+        decision = boundary & (core.window_fit.max() > 0) & self._has_room(core)
+        measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
+        finished = boundary & (((t_next == INF) & ~decision) | measured_left)
+        return core.replace(done=core.done | finished), decision | finished | core.resv_due
+
+    def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams, active=True):
+        """One loop turn (never at a stop; ``active`` False: no turn, nothing changes): move
+        the clock to the next event and handle it, then check for a stop (``_check_stop``).
+
+        At one instant completions come first, then arrivals, then a rescheduling pass (which
+        stops the loop so ``_advance`` can run it). Returns (core, stop).
+        """
+        jobs, cluster = state.jobs, params.cluster
+        t_done = self._next_end_time(core)
+        t_arrival = self._next_arrival_time(core, jobs)
+        t_resched = self._next_resched_time(core, jobs)
+        t_event = jnp.minimum(jnp.minimum(t_done, t_arrival), t_resched)
+        core = self._move_clock(core, jnp.where(active, t_event, core.time_s), params)
+        completion = active & (t_done <= jnp.minimum(t_arrival, t_resched))
+        arrival = active & ~completion & (t_arrival <= t_resched)
+
+        core, freed = self._complete(state, core, params, completion)
+        core = self._arrive_dynamic(state, core, cluster, arrival)
+        if self.config.backfill:
+            # Only the completion's node gained: parked jobs can only come back through it
+            # (nothing to prune). After the arrival's write, not before it: a read of the
+            # queue ahead of its in-place update makes XLA copy it, O(Q) per event.
+            core = self._rescan(core, jobs, cluster, freed, completion)
+        due = active & ~completion & ~arrival
+        core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), params)
+        return core, stop | due
+
+    def _static_stop(self, state: SimState, core: Core):
+        """Static mode: a decision point (a job waits) or the end (every job has arrived)?
+        -> (core with ``done`` set at the end, stop)."""
+        jobs, p = state.jobs, core.next_arrival
+        all_arrived = (p >= jobs.num_jobs) | ~jobs.valid[jnp.minimum(p, jobs.num_jobs - 1)]
+        waiting = core.queue_len > 0
+        return core.replace(done=core.done | (~waiting & all_arrived)), waiting | all_arrived
+
+    def _static_turn(self, state: SimState, core: Core, params: EnvParams):
+        """One loop turn in static mode, unless at a stop: the next job arrives and is queued
+        or fails. -> (core, whether it was at a stop)."""
+        jobs, cluster = state.jobs, params.cluster
+        core, stop = self._static_stop(state, core)
+        active = ~stop
+        p = core.next_arrival
+        j = jnp.minimum(p, jobs.num_jobs - 1)
+        fit_row = self._fits(core, jobs, cluster, j)  # [N]
+        fits_any = fit_row.any()
+        enqueue = active & fits_any
+        core = core.replace(
+            time_s=jnp.where(active, jobs.arrival_s[j], core.time_s),
+            next_arrival=p + active,
+            queue=core.queue.at[0].set(jnp.where(enqueue, j, core.queue[0])),
+            queue_key=core.queue_key.at[0].set(jnp.where(enqueue, 0.0, core.queue_key[0])),
+            queue_len=core.queue_len + enqueue,
+            win_len=core.win_len + enqueue,
+            window_fit=jnp.where(enqueue, (core.window_fit & ~1) | fit_row.astype(jnp.int32),
+                                 core.window_fit),
+            acc=core.acc.replace(failed=core.acc.failed + (active & ~fits_any)),
+        )
+        return core, stop
+
+    def _next_arrival_time(self, core: Core, jobs: Jobs):
+        p = core.next_arrival
+        return jnp.where(p < jobs.num_jobs, jobs.arrival_s[jnp.minimum(p, jobs.num_jobs - 1)], INF)
+
+    def _next_resched_time(self, core: Core, jobs: Jobs):
+        """Time of the next rescheduling pass; +inf when off or when no other event is left."""
+        if not self.config.rescheduling:
+            return INF
+        other_event = (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
+        return jnp.where(other_event, core.next_resched_s, INF)
+
+    def _next_event_time(self, core: Core, jobs: Jobs):
+        """Earliest of the next completion, arrival and rescheduling pass (+inf when none)."""
+        return jnp.minimum(jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs)),
+                           self._next_resched_time(core, jobs))
+
+    def _future_event_exists(self, core: Core, jobs: Jobs):
+        if self.config.static:
+            return jnp.bool_(False)
+        return (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
+
+    def _move_clock(self, core: Core, t_new, params: EnvParams):
+        """Advance the clock to ``t_new``, adding [t, t_new) to the cluster-wide time integrals
+        (O(1): the per-node ones are settled when a node changes, ``_set_node``)."""
+        acc = metrics.accumulate(core.acc, core.time_s, t_new, core.measure_from_s, core.measure_to_s,
+                                 core.queue_len, core.num_running)
+        return core.replace(time_s=t_new, acc=acc)
+
+    def _next_end_time(self, core: Core):
+        """End time of the running job that ends first (+inf when none): O(1), the ring is sorted."""
+        return core.run_end_s[core.run_head]
+
+    def _running_insert(self, core: Core, j, end, active):
+        """Insert job j (ending at ``end``) into the sorted ring when ``active``: O(R), in step only."""
+        r = core.run_job.shape[0]
+        logical = (jnp.arange(r) - core.run_head) % r  # position in end-time order
+        pos = ((logical < core.num_running) & (core.run_end_s <= end)).sum()
+        put = lambda arr, x: jnp.where(  # noqa: E731
+            active, jnp.where(logical < pos, arr, jnp.where(logical == pos, x, jnp.roll(arr, 1))), arr)
+        return core.replace(run_job=put(core.run_job, j), run_end_s=put(core.run_end_s, end),
+                            num_running=core.num_running + active)
+
+    def _running_remove(self, core: Core, pos, active):
+        """Remove ring position ``pos`` when ``active``; the rest stay sorted. O(R)."""
+        r = core.run_job.shape[0]
+        logical = (jnp.arange(r) - core.run_head) % r
+        at = (pos - core.run_head) % r
+        last = logical == core.num_running - 1
+        take = lambda arr, empty: jnp.where(  # noqa: E731
+            active & (logical >= at) & (logical < core.num_running),
+            jnp.where(last, empty, jnp.roll(arr, -1)), arr)
+        return core.replace(run_job=take(core.run_job, -1), run_end_s=take(core.run_end_s, INF),
+                            num_running=core.num_running - active)
+
+    def _complete(self, state: SimState, core: Core, params: EnvParams, active):
+        """Finish the running job with the earliest end (when ``active``): resources come back.
+        -> (core, its node). The window still has to take back the parked jobs that now fit
+        that node (``_rescan``)."""
+        jobs, cluster = state.jobs, params.cluster
+        slot = core.run_head
+        j = jnp.maximum(core.run_job[slot], 0)
+        n = jnp.maximum(state.node[j], 0)  # inactive with an empty running set: any node
+        gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
+        back_row = jnp.where(gpus & active, jobs.gpu_milli[j], 0)
+        free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
+        core = self._set_node(core, jobs, params, n, back_row, free_cpu,
+                              core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)), active)
+        core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -active.astype(jnp.int32))
+        core = core.replace(
+            run_job=core.run_job.at[slot].set(jnp.where(active, -1, core.run_job[slot])),
+            run_end_s=core.run_end_s.at[slot].set(jnp.where(active, INF, core.run_end_s[slot])),
+            run_head=jnp.where(active, (slot + 1) % core.run_job.shape[0], slot),
+            num_running=core.num_running - active,
+            measure_open=core.measure_open - (active & self._measured(core, j)),
+        )
+        return core, n
+
+    def _arrive_dynamic(self, state: SimState, core: Core, cluster, active):
+        """Job ``next_arrival`` arrives: fail it (unschedulable), queue it, or drop it (full)."""
+        jobs = state.jobs
+        j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
+        unschedulable = state.unschedulable[j]
+        full = core.queue_len >= core.queue.shape[0]
+        queued = active & ~unschedulable & ~full
+        core = self._queue_insert(core, jobs, cluster, j, self._queue_key(jobs, j), queued)
+        acc = core.acc.replace(
+            failed=core.acc.failed + (active & unschedulable),
+            dropped_overflow=core.acc.dropped_overflow + (active & ~unschedulable & full),
+        )
+        return core.replace(acc=acc, next_arrival=core.next_arrival + active,
+                            measure_open=core.measure_open + (queued & self._measured(core, j)))
