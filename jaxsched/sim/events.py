@@ -4,7 +4,8 @@ After every action ``_advance`` runs the event loop (``lax.while_loop``) to the 
 decision point, the end, or a due reservation or rescheduling pass, which run outside the
 loop (``_run_interrupt``). Each turn moves the clock to the next event and handles it:
 a completion (the running set is a ring sorted by end time, ``_running_insert``), an arrival,
-or a pass. ``ClusterEnv.turns`` runs the same turns one at a time.
+or a due pass (the loop stops for it). ``ClusterEnv.turns`` runs the same turns a few at a
+time, outside the loop (``rollout.rollout``).
 """
 
 from __future__ import annotations
