@@ -58,6 +58,12 @@ class RefConfig:
     resched_target: str = "alloc"  # "alloc" | "fgd": where a moved job goes (see _migrate_one)
     migration_pause_s: float = 60.0
     track_frag: bool = True  # off: frag_node stays 0 (like EnvConfig.track_frag)
+    # Gang jobs (semantics.md, "Gang jobs"): a job of k >= 2 whole GPUs may span up to
+    # max_span nodes (1: never), its nodes chosen by gang_rule; on more than one node it
+    # runs at spread_penalty times its speed.
+    max_span: int = 1
+    gang_rule: str = "consolidate"  # "consolidate" | "spread"
+    spread_penalty: float = 1.0
 
     @classmethod
     def like(cls, config) -> "RefConfig":
@@ -74,6 +80,10 @@ class RefConfig:
             (self.window >= 1, f"window {self.window}"),
             (self.queue_capacity >= 1, f"queue_capacity {self.queue_capacity}"),
             (self.running_capacity >= 1, f"running_capacity {self.running_capacity}"),
+            (self.max_span >= 1, f"max_span {self.max_span}"),
+            (self.max_span == 1 or self.mode == "dynamic", "max_span > 1 in static mode"),
+            (self.gang_rule in ("consolidate", "spread"), f"gang_rule {self.gang_rule!r}"),
+            (0 < self.spread_penalty < math.inf, f"spread_penalty {self.spread_penalty}"),
         )
         for ok, what in checks:
             if not ok:
@@ -232,6 +242,8 @@ class ReferenceSim:
                            for n in range(self.N)]
         self.free_cpu = [self.cpu_cap[n] if self.node_valid[n] else 0 for n in range(self.N)]
         self.free_mem = [self.mem_cap[n] if self.node_valid[n] else 0 for n in range(self.N)]
+        self.resv_job = -1  # the job holding the reservation, and its node (-1: none)
+        self.resv_node = -1
         # A job is unschedulable iff it fits no node of the empty cluster (decided once).
         self.unschedulable = [
             not any(self._fits(j, n) for n in range(self.N)) for j in range(self.J_valid)
@@ -253,8 +265,6 @@ class ReferenceSim:
             self.measure_last = int(np.iinfo(np.int32).max)
             self.measure_from_s = self.measure_to_s = np.float32(self.t0_s)
         self.measure_open = 0  # measured jobs queued or running
-        self.resv_job = -1  # the job holding the reservation, and its node (-1: none)
-        self.resv_node = -1
         self.next_arrival = 0  # p: jobs < p have arrived
         self.queue: list[int] = []  # job indices, sorted by (key, index)
         self.queue_keys: list = []  # the discipline's key of each queued job, same order
@@ -266,6 +276,12 @@ class ReferenceSim:
         self.outcome = [OUTCOME_NONE] * self.J
         self.node = [-1] * self.J
         self.gpu_bits = [0] * self.J
+        # Every running (or static: placed) job's parts, [(node, gpus, cpu, mem)], the anchor
+        # first: one part unless it is a gang (semantics.md, "Gang jobs").
+        self.parts: list[list[tuple]] = [[] for _ in range(self.J)]
+        # The records of a gang's other parts (nodes, GPU bits), in its list order.
+        self.span_node = [[-1] * (config.max_span - 1) for _ in range(self.J)]
+        self.span_bits = [[0] * (config.max_span - 1) for _ in range(self.J)]
         self.start_s = [np.float32(np.inf)] * self.J
         self.end_s = [np.float32(np.inf)] * self.J
 
@@ -302,11 +318,62 @@ class ReferenceSim:
         return [self.free_milli[n][g] for g in self.gpus_of[n]]
 
     def _fits(self, j: int, n: int) -> bool:
-        """Job j fits node n with the node's current free resources."""
+        """Job j fits node n now: alone, or (a gang) with n as its anchor."""
+        if self._may_span(j):
+            return sum(g for _, g in self._gang_parts(j, n)) == self.jobs[j].num_gpu
+        return self._fits_alone(j, n)
+
+    def _fits_alone(self, j: int, n: int) -> bool:
+        """Job j fits node n, all of it there, with the node's current free resources."""
         if not self.node_valid[n]:
             return False
         return _job_fits(self.jobs[j], self.gpu_model[n], self.free_cpu[n], self.free_mem[n],
                          self._free_gpus(n))
+
+    # ------------------------------------------------------------------ gangs
+
+    def _may_span(self, j: int) -> bool:
+        """Job j may run on several nodes: gangs are on and it wants >= 2 whole GPUs."""
+        return self.config.max_span > 1 and self.jobs[j].num_gpu >= 2
+
+    def _part_request(self, j: int, g: int) -> tuple[int, int]:
+        """(milli-cores, MiB) of job j's part of g GPUs: its request times g / k, rounded up."""
+        job = self.jobs[j]
+        return -(-job.cpu_milli * g // job.num_gpu), -(-job.mem_mib * g // job.num_gpu)
+
+    def _cap(self, j: int, i: int) -> int:
+        """The most whole GPUs node i can give job j now: the largest g whose part fits."""
+        job = self.jobs[j]
+        closed = self.resv_job >= 0 and i == self.resv_node and j != self.resv_job
+        if not self.node_valid[i] or closed or not _model_allowed(job.model_mask, self.gpu_model[i]):
+            return 0
+        whole = sum(free == GPU_MILLI for free in self._free_gpus(i))
+        fitting = [g for g in range(whole + 1)
+                   if all(need <= free for need, free in zip(self._part_request(j, g), (self.free_cpu[i], self.free_mem[i])))]
+        return max(fitting, default=0)
+
+    def _gang_parts(self, j: int, n: int) -> list[tuple[int, int]]:
+        """[(node, GPUs)] job j would take with anchor n, in the gang rule's order, the GPUs
+        adding up to fewer than k when it does not fit. Fits alone: [(n, k)]."""
+        k = self.jobs[j].num_gpu
+        cap = {i: self._cap(j, i) for i in range(self.N)}
+        if cap[n] == 0:
+            return []
+        if cap[n] >= k:
+            return [(n, k)]
+        others = sorted((i for i in range(self.N) if i != n and cap[i] > 0),
+                        key=lambda i: (-cap[i], self.node_rank[i]))
+        nodes = [n] + others[: self.config.max_span - 1]
+        taken = dict.fromkeys(nodes, 0)
+        if self.config.gang_rule == "consolidate":
+            for i in nodes:
+                taken[i] = min(cap[i], k - sum(taken.values()))
+        else:  # spread: one GPU per node with room, pass after pass
+            while sum(taken.values()) < k and any(taken[i] < cap[i] for i in nodes):
+                for i in nodes:
+                    if taken[i] < cap[i] and sum(taken.values()) < k:
+                        taken[i] += 1
+        return [(i, taken[i]) for i in nodes if taken[i] > 0]
 
     def _node_frag(self, n: int) -> float:
         if not (self.node_valid[n] and self.config.track_frag):
@@ -338,18 +405,25 @@ class ReferenceSim:
             return _buddy_gpus(self.gpus_of[n], whole, job.num_gpu)
         return whole[: job.num_gpu]
 
-    def _take(self, j: int, n: int, gpus: list[int]) -> None:
+    def _take(self, j: int, n: int, gpus: list[int], cpu: int | None = None, mem: int | None = None) -> None:
+        """Job j takes ``gpus`` of node n and ``cpu``, ``mem`` (default: its whole request)
+        there: one more part of it."""
         job = self.jobs[j]
+        cpu = job.cpu_milli if cpu is None else cpu
+        mem = job.mem_mib if mem is None else mem
         for g in gpus:
             self.free_milli[n][g] -= job.gpu_milli
-        self.free_cpu[n] -= job.cpu_milli
-        self.free_mem[n] -= job.mem_mib
+        self.free_cpu[n] -= cpu
+        self.free_mem[n] -= mem
         self.frag_node[n] = self._node_frag(n)
+        self.parts[j].append((n, gpus, cpu, mem))
 
     def _release(self, j: int) -> None:
-        # Completion gives back exactly what placement took.
+        # Completion gives back exactly what placement took, on every node of the job.
         self._give_back(j)
-        self.frag_node[self.node[j]] = self._node_frag(self.node[j])
+        for n, *_ in self.parts[j]:
+            self.frag_node[n] = self._node_frag(n)
+        self.parts[j] = []
 
     def allocated_milli(self) -> int:
         """GPU milli held by jobs right now, over the whole cluster."""
@@ -453,17 +527,26 @@ class ReferenceSim:
         self._advance()
 
     def _place(self, j: int, n: int) -> None:
-        gpus = self._choose_gpus(j, n)
-        self._take(j, n, gpus)
         job = self.jobs[j]
+        if self._may_span(j) and not self._fits_alone(j, n):  # a gang: a part on each node
+            for i, g in self._gang_parts(j, n):
+                whole = [x for x in self.gpus_of[i] if self.free_milli[i][x] == GPU_MILLI]
+                self._take(j, i, whole[:g], *self._part_request(j, g))
+        else:
+            self._take(j, n, self._choose_gpus(j, n))
         self.outcome[j] = OUTCOME_PLACED
         self.node[j] = n
-        self.gpu_bits[j] = sum(1 << g for g in gpus)
+        self.gpu_bits[j] = sum(1 << g for g in self.parts[j][0][1])
+        for s, (i, gpus, *_) in enumerate(self.parts[j][1:]):
+            self.span_node[j][s], self.span_bits[j][s] = i, sum(1 << g for g in gpus)
         self.start_s[j] = self.time_s
         if self.config.mode == "static":
             self.end_s[j] = np.float32(np.inf)  # no departures: held forever
         elif job.num_gpu > 0:
-            self.end_s[j] = np.float32(self.time_s + job.work_s / self.type_speed[n][job.job_type])
+            speed = min(self.type_speed[i][job.job_type] for i, *_ in self.parts[j])
+            if len(self.parts[j]) > 1:
+                speed = np.float32(speed * np.float32(self.config.spread_penalty))
+            self.end_s[j] = np.float32(self.time_s + job.work_s / speed)
         else:
             self.end_s[j] = np.float32(self.time_s + job.work_s)
         self._remove_from_queue(j)
@@ -620,13 +703,12 @@ class ReferenceSim:
             self.reservations += 1
 
     def _give_back(self, j: int) -> None:
-        """Running job j's resources back to its node (free lists only: a what-if)."""
-        job, n = self.jobs[j], self.node[j]
-        for g in range(self.G):
-            if self.gpu_bits[j] >> g & 1:
-                self.free_milli[n][g] += job.gpu_milli
-        self.free_cpu[n] += job.cpu_milli
-        self.free_mem[n] += job.mem_mib
+        """Running job j's resources back to its nodes (free lists only: a what-if)."""
+        for n, gpus, cpu, mem in self.parts[j]:
+            for g in gpus:
+                self.free_milli[n][g] += self.jobs[j].gpu_milli
+            self.free_cpu[n] += cpu
+            self.free_mem[n] += mem
 
     def _arrive_dynamic(self) -> None:
         j = self.next_arrival
@@ -666,10 +748,11 @@ class ReferenceSim:
         moves = []  # (source alloc, -remaining, job, source, destinations)
         for end, j in self.running:
             s = self.node[j]
-            if self.jobs[j].num_gpu == 0 or not self.gpus_of[s] or not np.float32(self._alloc840(s)) < limit:
-                continue
+            if (self.jobs[j].num_gpu == 0 or len(self.parts[j]) > 1 or not self.gpus_of[s]
+                    or not np.float32(self._alloc840(s)) < limit):
+                continue  # a gang never moves
             dests = [d for d in range(self.N) if d != s and d != self.resv_node and self.gpus_of[d]
-                     and self._fits(j, d) and self._alloc840(d) > self._alloc840(s)]
+                     and self._fits_alone(j, d) and self._alloc840(d) > self._alloc840(s)]
             if dests:
                 moves.append((self._alloc840(s), -np.float32(end - t), j, s, dests))
         if not moves:
@@ -763,17 +846,28 @@ class ReferenceSim:
             "outcome": np.array(self.outcome, np.int32),
             "node": np.array(self.node, np.int32),
             "gpu_bits": np.array(self.gpu_bits, np.int32),
+            "span_node": np.array(self.span_node, np.int32).reshape(self.J, -1),
+            "span_bits": np.array(self.span_bits, np.int32).reshape(self.J, -1),
             "start_s": start_s,
             "end_s": end_s,
             "metrics": metrics,
         }
 
     def _job_metrics(self, arrival_s, start_s, end_s, mask, static: bool) -> dict:
-        """Statistics over the jobs of ``mask`` (the measured jobs that finished)."""
+        """Statistics over the jobs of ``mask`` (the measured jobs that finished), and the
+        JCT and delay means by job size (at most 1 GPU, 2 to 8, more than 8)."""
         names = ("jct_mean", "jct_p50", "jct_p95", "jct_p99", "queue_delay_mean",
                  "queue_delay_p95", "slowdown_mean")
+        num_gpu = np.array([job.num_gpu for job in self.jobs])
+        by_size = {}
+        for size, in_size in (("small", num_gpu <= 1), ("2to8", (num_gpu >= 2) & (num_gpu <= 8)),
+                              ("over8", num_gpu > 8)):
+            sized = mask & in_size
+            for name, x in (("jct_mean", end_s), ("queue_delay_mean", start_s)):
+                differences = (x[sized] - arrival_s[sized]).astype(np.float64)
+                by_size[f"{name}_{size}"] = float(differences.mean()) if sized.any() and not static else 0.0
         if static or not mask.any():
-            return dict.fromkeys(names, 0.0)
+            return {**dict.fromkeys(names, 0.0), **by_size}
         # Differences in float32 like the per-job arrays; statistics in float64.
         jct_s = (end_s[mask] - arrival_s[mask]).astype(np.float64)
         delay_s = (start_s[mask] - arrival_s[mask]).astype(np.float64)
@@ -787,6 +881,7 @@ class ReferenceSim:
             "queue_delay_mean": float(delay_s.mean()),
             "queue_delay_p95": float(np.percentile(delay_s, 95)),
             "slowdown_mean": float(slowdown.mean()),
+            **by_size,
         }
 
     def _episode_metrics(self, end_s, finished_mask, static: bool) -> dict:
@@ -879,6 +974,13 @@ def _spread_score(sim: ReferenceSim, j: int, n: int) -> int:
     return int(100 * _leftover(sim, j, n))
 
 
+def _consolidate_score(sim: ReferenceSim, j: int, n: int) -> tuple:
+    """consolidate: (GPUs of j node n can hold, min(cap, num_gpu), for a job of >= 2 whole
+    GPUs, else 0; then the BestFit score)."""
+    held = min(sim._cap(j, n), sim.jobs[j].num_gpu) if sim.jobs[j].num_gpu >= 2 else 0
+    return held, _best_fit_score(sim, j, n)
+
+
 def _dot_product_score(sim: ReferenceSim, j: int, n: int) -> int:
     """DotProd: ``int(100 * (1 - dot / 2))`` (SPEC.md), the smallest dot product wins.
 
@@ -950,7 +1052,8 @@ def _classes_on_node(sim: ReferenceSim, n: int) -> set:
         held = [j for j in range(sim.J) if sim.outcome[j] == OUTCOME_PLACED]
     else:
         held = [j for _, j in sim.running]
-    return {_gpu_class(sim.jobs[j]) for j in held if sim.node[j] == n and sim.jobs[j].num_gpu > 0}
+    return {_gpu_class(sim.jobs[j]) for j in held
+            if n in [i for i, *_ in sim.parts[j]] and sim.jobs[j].num_gpu > 0}
 
 
 def _gpu_clustering_score(sim: ReferenceSim, j: int, n: int) -> int:
@@ -1097,10 +1200,16 @@ def _top_node(sim: ReferenceSim, nodes: list[int], score: Callable[[int], int]) 
 
 
 def _runnable_nodes(sim: ReferenceSim, j: int) -> list[int]:
-    """Nodes job j can run on in the *empty* cluster (docs/schedulers.md, notation)."""
+    """Nodes job j can run on in the *empty* cluster (docs/schedulers.md, notation): alone,
+    or, when it can run alone nowhere (a gang), the nodes that can hold a part of one GPU."""
     job = sim.jobs[j]
-    return [n for n in range(sim.N) if sim.node_valid[n] and _job_fits(
+    alone = [n for n in range(sim.N) if sim.node_valid[n] and _job_fits(
         job, sim.gpu_model[n], sim.cpu_cap[n], sim.mem_cap[n], [GPU_MILLI] * len(sim.gpus_of[n]))]
+    if alone or job.num_gpu < 2:
+        return alone
+    one_gpu = job._replace(num_gpu=1, cpu_milli=-(-job.cpu_milli // job.num_gpu), mem_mib=-(-job.mem_mib // job.num_gpu))
+    return [n for n in range(sim.N) if sim.node_valid[n] and _job_fits(
+        one_gpu, sim.gpu_model[n], sim.cpu_cap[n], sim.mem_cap[n], [GPU_MILLI] * len(sim.gpus_of[n]))]
 
 
 def _finish_s(sim: ReferenceSim, j: int, n: int) -> np.float32:
@@ -1212,6 +1321,7 @@ NODE_RULES = {
     "best-fit": _best_fit_score,
     "sjf": _best_fit_score,  # shortest-first is the queue order (RefConfig.queue_order)
     "spread": _spread_score,
+    "consolidate": _consolidate_score,
     "dot-product": _dot_product_score,
     "gpu-packing": _gpu_packing_score,
     "r&p": _reserving_packing_score,

@@ -240,6 +240,10 @@ class SimState:
       start_s   [J] float32  first start time (+inf if never started)
       end_s     [J] float32  end time (+inf if never started, or in static mode); for a
                              rejected job, the time it was rejected (it left the system)
+      span_node [J, S-1] int32  a gang's other nodes, in its list order (-1: unused), and
+      span_bits [J, S-1] int32  its GPUs on each (docs/semantics.md, "Gang jobs"); ``node`` and
+                             ``gpu_bits`` are its anchor's. [1, 1] placeholders when
+                             ``EnvConfig.max_span`` is 1 (checkpointers refuse zero-size arrays)
     jobs       Jobs          this episode's workload (read-only)
     unschedulable [J] bool   the job fits no node even of the empty cluster
     node_rank  [N] int32     per-episode tie-break rank (lower wins)
@@ -254,6 +258,8 @@ class SimState:
     jobs: Jobs
     unschedulable: jax.Array
     node_rank: jax.Array
+    span_node: jax.Array
+    span_bits: jax.Array
 
 
 @struct.dataclass

@@ -46,17 +46,18 @@ def clusters(draw, max_nodes=PAD_NODES):
 
 
 @st.composite
-def workloads(draw, max_jobs=PAD_JOBS, slack_deadlines=False):
+def workloads(draw, max_jobs=PAD_JOBS, slack_deadlines=False, sizes=(0, 1, 1, 1, 2, 4, 8)):
     """A padded ``Jobs`` (numpy) of 1..max_jobs jobs with frequent same-time arrivals.
 
     Deadlines: arrival + 1..5000 s, or with ``slack_deadlines`` ElasticFlow's arrival +
-    slack * work, slack drawn from ``SLACKS`` (+inf: no deadline).
+    slack * work, slack drawn from ``SLACKS`` (+inf: no deadline). GPUs per job: drawn from
+    ``sizes`` (above 8: gangs, with ``EnvConfig.max_span`` > 1).
     """
     n = draw(st.integers(1, max_jobs))
     ints = lambda lo, hi: np.array(draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)))  # noqa: E731
     arrival = np.sort(ints(0, 60) * 5).astype(np.float32)
     work = ints(1, 400).astype(np.float32) * np.float32(1.7)
-    num_gpu = np.array(draw(st.lists(st.sampled_from([0, 1, 1, 1, 2, 4, 8]), min_size=n, max_size=n)))
+    num_gpu = np.array(draw(st.lists(st.sampled_from(sizes), min_size=n, max_size=n)))
     frac = np.array(draw(st.lists(st.sampled_from([100, 250, 500, 700, 1000]), min_size=n, max_size=n)))
     gpu_milli = np.where(num_gpu == 1, frac, np.where(num_gpu > 1, 1000, 0))
     model_mask = np.array(draw(st.lists(st.sampled_from(

@@ -16,6 +16,7 @@ from typing import Callable
 import jax
 
 from jaxsched.policies.best_fit import best_fit
+from jaxsched.policies.consolidate import consolidate
 from jaxsched.policies.dot_product import dot_product
 from jaxsched.policies.elasticflow import elasticflow
 from jaxsched.policies.fgd import fgd
@@ -77,7 +78,11 @@ REGISTRY = {
         Scheduler("first-fit", first_fit, "best-fit", "lowest-index feasible node"),
         Scheduler("best-fit", best_fit, "best-fit", "FGD paper's BestFit: least CPU+GPU leftover"),
         Scheduler("random", random_node, "random", "uniform over feasible nodes, random GPU"),
-        Scheduler("spread", spread, "best-fit", "most CPU+GPU leftover (load balancing)"),
+        Scheduler("spread", spread, "best-fit", "most CPU+GPU leftover (load balancing); gangs spread",
+                  env_changes=(("gang_rule", "spread"),)),
+        Scheduler("consolidate", consolidate, "best-fit",
+                  "gangs on the fewest nodes (the node holding most of the job), then best-fit",
+                  env_changes=(("gang_rule", "consolidate"),)),
         Scheduler("dot-product", dot_product, "best-fit",
                   "FGD paper's DotProd: smallest dot product of free and requested CPU/GPU"),
         Scheduler("gpu-packing", gpu_packing, "best-fit",

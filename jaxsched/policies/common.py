@@ -30,13 +30,18 @@ def window_job(obs: Observation, slot):
 def can_run_empty(obs: Observation):
     """[K, N] bool: window job k can run on node n of the *empty* cluster (docs/schedulers.md):
     n is valid, has the CPU and memory capacity, and the job is CPU-only or the node's model
-    is allowed and it has at least ``num_gpu`` GPUs."""
+    is allowed and it has at least ``num_gpu`` GPUs. A job that no node can hold alone (a
+    gang) can run on the nodes that can hold one GPU's part of it."""
     c = obs.cluster
     num_gpu = obs.job_num_gpu[:, None]
     model_ok = (obs.job_model_mask[:, None] >> c.gpu_model) & 1 == 1
     gpu_ok = (num_gpu == 0) | (model_ok & (c.num_gpus >= num_gpu))
-    return (c.valid & (c.cpu_milli >= obs.job_cpu_milli[:, None])
-            & (c.mem_mib >= obs.job_mem_mib[:, None]) & gpu_ok)
+    alone = (c.valid & (c.cpu_milli >= obs.job_cpu_milli[:, None])
+             & (c.mem_mib >= obs.job_mem_mib[:, None]) & gpu_ok)
+    per_gpu = lambda x: (x[:, None] + num_gpu - 1) // jnp.maximum(num_gpu, 1)  # noqa: E731
+    part = (c.valid & model_ok & (c.num_gpus >= 1) & (c.cpu_milli >= per_gpu(obs.job_cpu_milli))
+            & (c.mem_mib >= per_gpu(obs.job_mem_mib)))
+    return alone | (~alone.any(-1, keepdims=True) & (num_gpu >= 2) & part)
 
 
 def best_node(scores, feasible, node_rank):

@@ -85,8 +85,10 @@ def fgd_drops(obs, job):
     d = job["gpu_milli"]
 
     def whole_or_cpu_only():
-        # k wholly free GPUs (1000 >= any class's gpu_milli) become 0.
-        k = jnp.where(d < GPU_MILLI, 0, job["num_gpu"])
+        # k wholly free GPUs (1000 >= any class's gpu_milli) become 0; a gang's anchor gives
+        # what it has (semantics.md, "Gang jobs": FGD scores its part there as all of them).
+        whole = (exists & (free == GPU_MILLI)).sum(-1)  # [N]
+        k = jnp.minimum(jnp.where(d < GPU_MILLI, 0, job["num_gpu"]), whole)
         after = jnp.where(fits_cpu_after & (enough - k * (need > 0) >= c.num_gpu), too_small,
                           idle - k * GPU_MILLI)
         return weighted_before - (after * c.weight).sum(0)

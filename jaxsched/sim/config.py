@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from jaxsched.sim.gangs import GANG_RULES
 from jaxsched.sim.resources import GPU_RULES
 
 INF = np.float32(np.inf)  # numpy, not a JAX array: importing the env must not start a backend
@@ -87,6 +88,15 @@ class EnvConfig:
       best fit; "fgd" the node with the top FGD score for it (the fgd policy's score, ties:
       the most allocated), GPUs by the GPU rule "fgd".
     migration_pause_s: seconds a moved job is paused (its cost).
+    max_span: S, the most nodes one job may run on (dynamic mode). 1 (default): every job on
+      one node. Above 1 a job of k >= 2 whole GPUs may be a gang over up to S nodes, its parts
+      starting and ending together (docs/semantics.md, "Gang jobs"); the state then keeps
+      [J, S - 1] records of the other parts (``SimState.span_node``, ``span_bits``).
+    gang_rule: how a gang's other nodes are chosen after the policy's node: "consolidate"
+      (fill the nodes of most capacity first: the fewest nodes) or "spread" (one GPU per
+      node and pass: the most nodes).
+    spread_penalty: a gang on more than one node runs at this times its speed (1.0: none;
+      Blox uses 0.6-0.9 by model).
     """
 
     mode: str = "dynamic"
@@ -111,6 +121,9 @@ class EnvConfig:
     resched_util_threshold: float = 0.5
     resched_target: str = "alloc"
     migration_pause_s: float = 60.0
+    max_span: int = 1
+    gang_rule: str = "consolidate"
+    spread_penalty: float = 1.0
 
     def __post_init__(self):
         def bad(field, why):
@@ -156,10 +169,23 @@ class EnvConfig:
             bad("migration_pause_s", "must be a finite number >= 0")
         if self.rescheduling and self.static:
             bad("resched_interval_s", "rescheduling needs dynamic mode (static jobs never end)")
+        if not isinstance(self.max_span, int) or self.max_span < 1:
+            bad("max_span", "must be a positive integer (1: every job on one node)")
+        if self.gangs and self.static:
+            bad("max_span", "gang jobs need dynamic mode (static mode is the FGD protocol: one node per job)")
+        if self.gang_rule not in GANG_RULES:
+            bad("gang_rule", f"must be one of {GANG_RULES}")
+        if not (0 < self.spread_penalty and np.isfinite(self.spread_penalty)):
+            bad("spread_penalty", "must be a finite number > 0 (1.0: spanning nodes costs nothing)")
 
     @property
     def static(self) -> bool:
         return self.mode == "static"
+
+    @property
+    def gangs(self) -> bool:
+        """Jobs of k >= 2 whole GPUs may span nodes (``max_span`` > 1)."""
+        return self.max_span > 1
 
     @property
     def rescheduling(self) -> bool:

@@ -22,7 +22,9 @@ the observation) mixes in one class per concern, each in its own module of ``jax
 - ``reservation.py``: the starvation guard's reservation;
 - ``reschedule.py``: the periodic migration pass;
 - ``node_state.py``: a node's free resources, the fit test, and what is derived from them
-  (fragmentation, the FGD drop table, job classes).
+  (fragmentation, the FGD drop table, job classes);
+- ``gangs.py``: jobs that span nodes (``EnvConfig.max_span`` > 1): capacity, fit with an
+  anchor, the gang rule, placing and releasing parts.
 
 The mixins hold methods only: ``ClusterEnv``'s one field is ``config``, so equal configs give
 equal, equally hashed envs.
@@ -36,11 +38,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxsched import actions
-from jaxsched.sim import frag, metrics, resources
+from jaxsched.sim import frag, gangs, metrics, resources
 from jaxsched.sim.config import (
     DEFAULT_RESERVE_AFTER_S, INF, MODES, QUEUE_ORDERS, RESCHED_TARGETS, REWARDS, TIE_BREAKS, EnvConfig,
 )
 from jaxsched.sim.events import EventsMixin
+from jaxsched.sim.gangs import GangMixin
 from jaxsched.sim.node_state import FGD_TABLE_BLOCK, UNUSED_SHAPE, NodeStateMixin
 from jaxsched.sim.reschedule import RescheduleMixin
 from jaxsched.sim.reservation import ReservationMixin
@@ -58,7 +61,7 @@ __all__ = ["ClusterEnv", "EnvConfig", "INF", "MODES", "QUEUE_ORDERS", "TIE_BREAK
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, NodeStateMixin):
+class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, NodeStateMixin, GangMixin):
     """Reset/step of one episode; every method is pure and can be jitted and vmapped.
 
     Equal configs give equal (and equally hashed) envs, so ``jit`` with the env as a static
@@ -88,9 +91,9 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         if cfg.static:
             unschedulable = jnp.zeros(num_jobs, bool)  # static mode tests fit at each arrival
         else:
-            unschedulable = ~resources.fits(
+            unschedulable = ~gangs.fits(
                 cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu, jobs.gpu_milli,
-                jobs.cpu_milli, jobs.mem_mib, jobs.model_mask).any(-1)
+                jobs.cpu_milli, jobs.mem_mib, jobs.model_mask, cfg.max_span).any(-1)
         if cfg.tie_break == "permutation":
             node_rank = jax.random.permutation(key, cluster.num_nodes).astype(jnp.int32)
         else:
@@ -144,6 +147,8 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
             jobs=jobs,
             unschedulable=unschedulable,
             node_rank=node_rank,
+            span_node=jnp.full((num_jobs, cfg.max_span - 1) if cfg.gangs else (1, 1), -1, jnp.int32),
+            span_bits=jnp.zeros((num_jobs, cfg.max_span - 1) if cfg.gangs else (1, 1), jnp.int32),
         )
         state = self._advance(state, params)
         return state, self.observe(state, params)
@@ -214,9 +219,14 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         place, reject = live & legal_place, live & legal_reject
         wait = live & (legal_wait | (~legal & future))
 
-        # Place: GPUs by the rule, resources down, record the job, queue -> running set.
+        # Place: GPUs by the rule, resources down, record the job, queue -> running set. A
+        # gang (it cannot run on n alone) takes its parts instead (sim/gangs.py).
+        is_gang = jnp.bool_(False)
+        if cfg.gangs:
+            is_gang, part_node, part_gpus = self._gang_plan(core, jobs, cluster, state.node_rank, j, n, place)
+        alone = place & ~is_gang
         free_row = core.free_milli[n]
-        free_cpu = core.free_cpu.at[n].add(-jnp.where(place, jobs.cpu_milli[j], 0))
+        free_cpu = core.free_cpu.at[n].add(-jnp.where(alone, jobs.cpu_milli[j], 0))
         gpu_scores = None
         if cfg.gpu_rule == "fgd":
             gpu_scores = frag.fgd_gpu_scores(free_row, core.free_cpu[n], free_cpu[n], cluster.gpu_model[n],
@@ -226,13 +236,18 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         # The node's new row and the job's record both come from these bits: with the mask
         # itself, XLA recomputed it from the old free_milli in each and copied [N, G] per step.
         bits = resources.mask_to_bits(gpus)
-        used_row = jnp.where(resources.bits_to_mask(bits, cluster.max_gpus) & place, jobs.gpu_milli[j], 0)
-        free_mem = core.free_mem.at[n].add(-jnp.where(place, jobs.mem_mib[j], 0))
+        used_row = jnp.where(resources.bits_to_mask(bits, cluster.max_gpus) & alone, jobs.gpu_milli[j], 0)
+        free_mem = core.free_mem.at[n].add(-jnp.where(alone, jobs.mem_mib[j], 0))
         speed = cluster.type_speed[n, jobs.job_type[j]]  # the job's type's speed on node n
+        if cfg.gangs:
+            speed = jnp.where(is_gang, self._gang_speed(cluster, jobs, j, part_node, part_gpus), speed)
         run_s = jnp.where(jobs.num_gpu[j] > 0, jobs.work_s[j] / speed, jobs.work_s[j])
         end = INF if cfg.static else core.time_s + run_s
-        core = self._set_node(core, jobs, params, n, -used_row, free_cpu, free_mem, place)
-        core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], place.astype(jnp.int32))
+        core = self._set_node(core, jobs, params, n, -used_row, free_cpu, free_mem, alone)
+        core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], alone.astype(jnp.int32))
+        if cfg.gangs:
+            core, part_bits = self._place_parts(core, jobs, params, j, part_node, part_gpus, is_gang)
+            bits = jnp.where(is_gang, part_bits[0], bits)  # the anchor's
         if not cfg.static:
             core = self._running_insert(core, j, end, place)
             core = core.replace(acc=core.acc.replace(running_full=core.acc.running_full | (
@@ -250,6 +265,12 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
             start_s=state.start_s.at[j].set(jnp.where(place, core.time_s, state.start_s[j])),
             end_s=state.end_s.at[j].set(jnp.where(place, end, jnp.where(reject, core.time_s, state.end_s[j]))),
         )
+        if cfg.gangs:
+            state = state.replace(
+                span_node=state.span_node.at[j].set(jnp.where(
+                    place, jnp.where(is_gang, part_node[1:], -1), state.span_node[j])),
+                span_bits=state.span_bits.at[j].set(jnp.where(
+                    place, jnp.where(is_gang, part_bits[1:], 0), state.span_bits[j])))
 
         # Wait (or an illegal action while an event is pending): jump to the next event time.
         acc = core.acc.replace(

@@ -110,10 +110,12 @@ class EventsMixin:
         core, freed = self._complete(state, core, params, completion)
         core = self._arrive_dynamic(state, core, cluster, arrival)
         if self.config.backfill:
-            # Only the completion's node gained: parked jobs can only come back through it
-            # (nothing to prune). After the arrival's write, not before it: a read of the
-            # queue ahead of its in-place update makes XLA copy it, O(Q) per event.
-            core = self._rescan(core, jobs, cluster, freed, completion)
+            # Only the completion's nodes gained: parked jobs can only come back through them
+            # (nothing to prune; a gang that fits now fits with one of them as its anchor).
+            # After the arrival's write, not before it: a read of the queue ahead of its
+            # in-place update makes XLA copy it, O(Q) per event.
+            for n in freed:
+                core = self._rescan(core, jobs, cluster, jnp.maximum(n, 0), completion & (n >= 0))
         due = active & ~completion & ~arrival
         core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), params)
         return core, stop | due
@@ -205,19 +207,28 @@ class EventsMixin:
                             num_running=core.num_running - active)
 
     def _complete(self, state: SimState, core: Core, params: EnvParams, active):
-        """Finish the running job with the earliest end (when ``active``): resources come back.
-        -> (core, its node). The window still has to take back the parked jobs that now fit
-        that node (``_rescan``)."""
+        """Finish the running job with the earliest end (when ``active``): resources come back,
+        on every node of a gang. -> (core, its nodes: a tuple of node indices, -1 for a
+        gang's unused parts). The window still has to take back the parked jobs that now fit
+        those nodes (``_rescan``)."""
         jobs, cluster = state.jobs, params.cluster
         slot = core.run_head
         j = jnp.maximum(core.run_job[slot], 0)
         n = jnp.maximum(state.node[j], 0)  # inactive with an empty running set: any node
+        gang = (state.span_node[j, 0] >= 0) if self.config.gangs else jnp.bool_(False)
+        alone = active & ~gang
         gpus = resources.bits_to_mask(state.gpu_bits[j], cluster.max_gpus)
-        back_row = jnp.where(gpus & active, jobs.gpu_milli[j], 0)
-        free_cpu = core.free_cpu.at[n].add(jnp.where(active, jobs.cpu_milli[j], 0))
+        back_row = jnp.where(gpus & alone, jobs.gpu_milli[j], 0)
+        free_cpu = core.free_cpu.at[n].add(jnp.where(alone, jobs.cpu_milli[j], 0))
         core = self._set_node(core, jobs, params, n, back_row, free_cpu,
-                              core.free_mem.at[n].add(jnp.where(active, jobs.mem_mib[j], 0)), active)
-        core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -active.astype(jnp.int32))
+                              core.free_mem.at[n].add(jnp.where(alone, jobs.mem_mib[j], 0)), alone)
+        core = self._count_class(core, n, jobs.num_gpu[j], jobs.gpu_milli[j], -alone.astype(jnp.int32))
+        freed = (n,)
+        if self.config.gangs:  # a gang's parts, the anchor's among them
+            nodes = jnp.concatenate([n[None], state.span_node[j]])
+            bits = jnp.concatenate([state.gpu_bits[j][None], state.span_bits[j]])
+            core = self._release_parts(core, jobs, params, j, nodes, bits, active & gang)
+            freed = (n, *(jnp.where(active & gang, state.span_node[j], -1)))
         core = core.replace(
             run_job=core.run_job.at[slot].set(jnp.where(active, -1, core.run_job[slot])),
             run_end_s=core.run_end_s.at[slot].set(jnp.where(active, INF, core.run_end_s[slot])),
@@ -225,7 +236,7 @@ class EventsMixin:
             num_running=core.num_running - active,
             measure_open=core.measure_open - (active & self._measured(core, j)),
         )
-        return core, n
+        return core, freed
 
     def _arrive_dynamic(self, state: SimState, core: Core, cluster, active):
         """Job ``next_arrival`` arrives: fail it (unschedulable), queue it, or drop it (full)."""

@@ -117,8 +117,10 @@ def node_drops(free_row, gpu_exists, free_cpu, gpu_model, classes: FragClasses, 
     weighted_before = (before * w).sum()  # exact int32 (types.MAX_FRAG_WEIGHT)
     d = gpu_milli[:, None]  # [S, 1]
     fits_cpu_after = static_fit & (free_cpu - cpu_milli[:, None] >= classes.cpu_milli)  # [S, M]
-    if not fractional:  # k wholly free GPUs (1000 >= any class's gpu_milli) become 0
-        k = jnp.where(d < GPU_MILLI, 0, num_gpu[:, None])
+    if not fractional:  # k wholly free GPUs (1000 >= any class's gpu_milli) become 0 (a gang's
+        # anchor: the ones it has)
+        whole = (gpu_exists & (free_row == GPU_MILLI)).sum()
+        k = jnp.minimum(jnp.where(d < GPU_MILLI, 0, num_gpu[:, None]), whole)
         after = jnp.where(fits_cpu_after & (enough - k * (need > 0) >= classes.num_gpu), too_small,
                           idle - k * GPU_MILLI)
         return weighted_before - (after * w).sum(-1)

@@ -167,6 +167,12 @@ def _backlog_work_growth(state, span, measured, placed, rejected):
     return _safe_div(growth, quarter * ordered_sum(jnp.where(measured, gpu_work, 0.0)))
 
 
+def job_sizes(num_gpu) -> dict:
+    """{size class: [J] bool} of ``num_gpu`` [J]: "small" (at most one GPU), "2to8", "over8"
+    (docs/semantics.md, "Metrics": the JCT and delay means by job size)."""
+    return {"small": num_gpu <= 1, "2to8": (num_gpu >= 2) & (num_gpu <= 8), "over8": num_gpu > 8}
+
+
 def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = True,
               warmup_jobs: int = 0) -> dict:
     """Per-episode metrics of a (finished or capped) episode as a dict of scalars.
@@ -260,6 +266,9 @@ def summarize(state, params: EnvParams, static_mode: bool, track_frag: bool = Tr
         "queue_delay_mean": dynamic(mean(delay)),
         "queue_delay_p95": dynamic(_masked_percentiles(delay, done_measured, [95.0])[0]),
         "slowdown_mean": dynamic(mean(slowdown)),
+        **{f"{name}_{size}": dynamic(mean(x, done_measured & in_size))
+           for size, in_size in job_sizes(jobs.num_gpu).items()
+           for name, x in (("jct_mean", jct), ("queue_delay_mean", delay))},
         "time_in_system_mean": dynamic(mean(jct, left)),
         "episode_jct_mean": dynamic(mean(jct, finished)),
         "makespan_s": dynamic(makespan),

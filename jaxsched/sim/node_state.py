@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsched.sim import frag, metrics, resources
+from jaxsched.sim import frag, gangs, metrics, resources
 from jaxsched.types import GPU_MILLI, Core, EnvParams, Jobs
 
 FGD_TABLE_BLOCK = 8  # drop-table columns scored together (``ClusterEnv._node_drops``)
@@ -27,13 +27,28 @@ class NodeStateMixin:
 
     def _fits(self, core: Core, jobs: Jobs, cluster, j, n=None):
         """Job(s) ``j`` ([...] indices) fit each node now -> [..., N] bool; or fit the one
-        node ``n`` when given -> [...] bool."""
+        node ``n`` when given -> [...] bool. With gangs (``EnvConfig.max_span`` > 1) a job of
+        k >= 2 GPUs fits a node that can be its anchor: that depends on every node's
+        capacity and on the reservation (docs/semantics.md, "Gang jobs")."""
+        if self.config.gangs:
+            j = jnp.asarray(j)
+            closed = self._closed(core, j[..., None], jnp.arange(cluster.num_nodes))
+            fit = gangs.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
+                             *self._request(jobs, j), self.config.max_span, closed)
+            return fit if n is None else fit[..., n]
+        return self._fits_alone(core, jobs, cluster, j, n)
+
+    def _request(self, jobs: Jobs, j):
+        """(num_gpu, gpu_milli, cpu_milli, mem_mib, model_mask) of job(s) ``j``."""
+        return jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j], jobs.mem_mib[j], jobs.model_mask[j]
+
+    def _fits_alone(self, core: Core, jobs: Jobs, cluster, j, n=None):
+        """``_fits`` for the whole job on one node (what a move to a node needs)."""
         free = (core.free_cpu, core.free_mem, core.max_free, core.whole_free)
         if n is not None:
             cluster = jax.tree.map(lambda x: x[n, None], cluster)
             free = tuple(x[n, None] for x in free)
-        fit = resources.fits(cluster, *free, jobs.num_gpu[j], jobs.gpu_milli[j], jobs.cpu_milli[j],
-                             jobs.mem_mib[j], jobs.model_mask[j])
+        fit = resources.fits(cluster, *free, *self._request(jobs, j))
         return fit if n is None else fit[..., 0]
 
     def _node_frag(self, free_row, free_cpu, model, params: EnvParams):
@@ -77,7 +92,7 @@ class NodeStateMixin:
                 core.fgd_shape, free_row, cluster.gpu_exists[n], free_cpu[n], cluster.gpu_model[n], params),
                 lambda: core.fgd_drop[n])
             core = core.replace(fgd_drop=core.fgd_drop.at[n].set(row))
-        return core.replace(window_fit=core.window_fit.at[n].set(self._column(core, jobs, cluster, n)))
+        return self._refit(core, jobs, cluster, n)
 
     def _fgd_table(self, jobs: Jobs, params: EnvParams, free_milli, free_cpu) -> dict:
         """``Core.fgd_shape`` and ``fgd_drop`` at reset (``EnvConfig.fgd_table``): the shapes

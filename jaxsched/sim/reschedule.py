@@ -46,7 +46,9 @@ class RescheduleMixin:
         rj = jnp.maximum(core.run_job, 0)  # [R]
         src = state.node[rj]
         candidate = (core.run_job >= 0) & (jobs.num_gpu[rj] > 0) & source[src]
-        fit = self._fits(core, jobs, cluster, rj)  # [R, N]
+        if cfg.gangs:  # a gang never moves
+            candidate = candidate & (state.span_node[rj, 0] < 0)
+        fit = self._fits_alone(core, jobs, cluster, rj)  # [R, N]: a move takes the job to one node
         dest_ok = (fit & (jnp.arange(n_nodes) != src[:, None])
                    & (alloc840[None, :] > alloc840[src][:, None]))
         if cfg.reserving:  # a reserved node takes no job but its own

@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxsched.sim import resources
-from jaxsched.types import Core, EnvParams, Jobs, SimState
+from jaxsched.sim import gangs, resources
+from jaxsched.types import GPU_MILLI, Core, EnvParams, Jobs, SimState
 
 
 class ReservationMixin:
@@ -53,9 +53,7 @@ class ReservationMixin:
                             resv_node=jnp.where(made, node, core.resv_node),
                             resv_due=core.resv_due & ~active,
                             acc=core.acc.replace(reservations=core.acc.reservations + made))
-        r = jnp.maximum(node, 0)
-        core = core.replace(window_fit=core.window_fit.at[r].set(
-            jnp.where(made, self._column(core, jobs, cluster, r), core.window_fit[r])))
+        core = self._refit(core, jobs, cluster, jnp.maximum(node, 0), made)
         return state.replace(core=self._resync(core, jobs, cluster))
 
     def _soonest_node(self, state: SimState, core: Core, params: EnvParams, j, active=True):
@@ -78,13 +76,28 @@ class ReservationMixin:
             n = state.node[jr]
             back = jnp.where(resources.bits_to_mask(state.gpu_bits[jr], g), jobs.gpu_milli[jr], 0)
             free_milli = free_milli.at[n].add(back)
-            free_cpu = free_cpu.at[n].add(jobs.cpu_milli[jr])
-            free_mem = free_mem.at[n].add(jobs.mem_mib[jr])
+            if self.config.gangs:  # a gang's anchor holds its share; the other parts come back too
+                gang = state.span_node[jr, 0] >= 0
+                share = gangs.part_request(jnp.stack([jobs.cpu_milli[jr], jobs.mem_mib[jr]]), jobs.num_gpu[jr],
+                                           jax.lax.population_count(state.gpu_bits[jr]))
+                free_cpu = free_cpu.at[n].add(jnp.where(gang, share[0], jobs.cpu_milli[jr]))
+                free_mem = free_mem.at[n].add(jnp.where(gang, share[1], jobs.mem_mib[jr]))
+            else:
+                free_cpu = free_cpu.at[n].add(jobs.cpu_milli[jr])
+                free_mem = free_mem.at[n].add(jobs.mem_mib[jr])
+            if self.config.gangs:
+                for node, bits in zip(state.span_node[jr], state.span_bits[jr]):
+                    part = gangs.part_request(jnp.stack([jobs.cpu_milli[jr], jobs.mem_mib[jr]]),
+                                              jobs.num_gpu[jr], jax.lax.population_count(bits))
+                    i_node, used = jnp.maximum(node, 0), node >= 0
+                    free_milli = free_milli.at[i_node].add(
+                        jnp.where(resources.bits_to_mask(bits, g) & used, GPU_MILLI, 0))
+                    free_cpu = free_cpu.at[i_node].add(jnp.where(used, part[0], 0))
+                    free_mem = free_mem.at[i_node].add(jnp.where(used, part[1], 0))
             group_ends = (i + 1 >= core.num_running) | (core.run_end_s[(at + 1) % r] > core.run_end_s[at])
             max_free, whole_free = resources.node_summary(free_milli)
-            fit = resources.fits(cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu[j],
-                                 jobs.gpu_milli[j], jobs.cpu_milli[j], jobs.mem_mib[j],
-                                 jobs.model_mask[j]) & group_ends
+            fit = gangs.fits(cluster, free_cpu, free_mem, max_free, whole_free, *self._request(jobs, j),
+                             self.config.max_span) & group_ends
             node = jnp.where(fit.any(), jnp.argmin(jnp.where(fit, state.node_rank, big)), -1)
             return i + 1, free_milli, free_cpu, free_mem, node.astype(jnp.int32)
 
@@ -102,6 +115,5 @@ class ReservationMixin:
         r = jnp.maximum(core.resv_node, 0)
         core = core.replace(resv_job=jnp.where(ended, -1, core.resv_job),
                             resv_node=jnp.where(ended, -1, core.resv_node))
-        core = core.replace(window_fit=core.window_fit.at[r].set(
-            jnp.where(ended, self._column(core, jobs, cluster, r), core.window_fit[r])))
+        core = self._refit(core, jobs, cluster, r, ended)
         return core, jnp.where(ended, r, -1)

@@ -80,6 +80,18 @@ class WindowMixin:
         column = self._fits(core, jobs, cluster, j, n) & (window >= 0) & ~self._closed(core, window, n)
         return resources.mask_to_bits(column)
 
+    def _refit(self, core: Core, jobs: Jobs, cluster, n, active=True):
+        """``window_fit`` after node n's resources or closure changed (when ``active``): node
+        n's bits; with gangs every node's, since whether a gang fits with one node as its
+        anchor depends on the others' capacity ([K, N] fit tests)."""
+        if self.config.gangs:
+            window = self._window(core)
+            fit = self._fits(core, jobs, cluster, jnp.maximum(window, 0)) & (window >= 0)[:, None]
+            fit = fit & ~self._closed(core, window[:, None], jnp.arange(cluster.num_nodes))
+            return core.replace(window_fit=jnp.where(active, resources.mask_to_bits(fit.T), core.window_fit))
+        column = self._column(core, jobs, cluster, n)
+        return core.replace(window_fit=core.window_fit.at[n].set(jnp.where(active, column, core.window_fit[n])))
+
     def _win_insert(self, core: Core, s, pos, j, row, active):
         """Put job j at queue position ``pos`` (fit ``row`` [N]) into window slot s < K when
         ``active``; later slots move one on. A full window's last job leaves it, and from its

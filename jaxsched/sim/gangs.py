@@ -1,0 +1,161 @@
+"""Gang jobs: a job of k >= 2 whole GPUs that may run on up to S nodes at once
+(``EnvConfig.max_span``; docs/semantics.md, "Gang jobs").
+
+Pure functions over node arrays [N] and job fields [...] (any leading shape, e.g. [K]):
+how many GPUs each node can give a job (``caps``), whether it fits with a node as its
+anchor (``anchor_fits``), and which nodes and how many GPUs on each a placement takes
+(``parts``). The env calls them only when S > 1, so one-node clusters of jobs run the
+code they always ran.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxsched.sim import resources
+from jaxsched.types import GPU_MILLI, MAX_GPUS_PER_NODE, Cluster, Core, Jobs
+
+GANG_RULES = ("consolidate", "spread")
+
+
+def part_request(request, num_gpu, gpus):
+    """int32: a part's share of a job's CPU or memory ``request`` for ``gpus`` of its
+    ``num_gpu`` GPUs, rounded up (the whole request for gpus == num_gpu)."""
+    return (request * gpus + num_gpu - 1) // jnp.maximum(num_gpu, 1)
+
+
+def caps(cluster: Cluster, free_cpu, free_mem, whole_free, num_gpu, cpu_milli, mem_mib, model_mask,
+         closed=False):
+    """[..., N] int32: cap(j, i), the most whole GPUs node i can give job j now: the largest
+    g <= whole_free[i] whose part (``part_request``) fits the node's free CPU and memory;
+    0 on padding nodes, nodes of a model the job does not allow, and ``closed`` ([..., N]
+    bool) ones. Node arrays [N], job fields [...]."""
+    job = lambda x: jnp.asarray(x)[..., None, None]  # noqa: E731 - over nodes and part sizes
+    g = jnp.arange(1, cluster.max_gpus + 1)  # [G] part sizes
+    k = job(num_gpu)
+    part_fits = ((part_request(job(cpu_milli), k, g) <= free_cpu[:, None])
+                 & (part_request(job(mem_mib), k, g) <= free_mem[:, None])
+                 & (g <= whole_free[:, None]))  # [..., N, G], monotone in g
+    cap = part_fits.sum(-1, dtype=jnp.int32)
+    model_ok = (jnp.asarray(model_mask)[..., None] >> cluster.gpu_model) & 1 == 1
+    return jnp.where(cluster.valid & model_ok & ~jnp.asarray(closed), cap, 0)
+
+
+def fits(cluster: Cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli, cpu_milli,
+         mem_mib, model_mask, span: int, closed=False):
+    """[..., N] bool: ``resources.fits`` with gangs of up to ``span`` nodes: a job of k >= 2
+    whole GPUs fits node n when n can be its anchor (``anchor_fits``, capacity net of the
+    ``closed`` [..., N] nodes); other jobs as ``resources.fits`` says."""
+    alone = resources.fits(cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli,
+                           cpu_milli, mem_mib, model_mask)
+    if span == 1:
+        return alone
+    cap = caps(cluster, free_cpu, free_mem, whole_free, num_gpu, cpu_milli, mem_mib, model_mask, closed)
+    return jnp.where((jnp.asarray(num_gpu) >= 2)[..., None], anchor_fits(cap, num_gpu, span), alone)
+
+
+def _top_sums(cap, span: int):
+    """(sum of the ``span`` largest caps, sum of the span - 1 largest), each [..., 1]."""
+    top = jax.lax.top_k(cap, min(span, cap.shape[-1]))[0]
+    top_s = top.sum(-1, keepdims=True)
+    return top_s, top_s - (top[..., -1:] if span <= cap.shape[-1] else 0)
+
+
+def anchor_fits(cap, num_gpu, span: int):
+    """[..., N] bool: the job fits with node n as its anchor: cap_n >= 1 and the anchor
+    with the span - 1 other nodes of the most capacity hold k GPUs, i.e.
+    min(cap_n + top_(S-1), top_S) >= k (top_m: the m largest caps summed; if n is among
+    the S - 1 largest, its others' top S - 1 sum to top_S - cap_n). cap [..., N] (``caps``),
+    num_gpu [...]."""
+    top_s, top_s1 = _top_sums(cap, span)
+    return (cap >= 1) & (jnp.minimum(cap + top_s1, top_s) >= jnp.asarray(num_gpu)[..., None])
+
+
+def parts(cap, anchor, num_gpu, node_rank, span: int, rule: str):
+    """The nodes of one gang and the GPUs each takes -> (node [S] int32, gpus [S] int32).
+
+    cap [N] (one job's ``caps``), anchor the policy's node, node_rank [N] the tie-break rank
+    (a permutation of 0..N-1). Slot 0 is the anchor, then the other nodes with cap >= 1 by
+    cap (largest first), then rank. "consolidate" fills them in that order; "spread" hands
+    out one GPU per node and pass. Unused slots: node -1, 0 GPUs. Assumes the job fits with
+    this anchor (``anchor_fits``)."""
+    n_nodes = cap.shape[-1]
+    others = (cap >= 1) & (jnp.arange(n_nodes) != anchor)
+    key = jnp.where(others, cap * n_nodes + (n_nodes - 1 - node_rank), -1)  # cap, then low rank
+    key, order = jax.lax.top_k(key, min(span - 1, n_nodes))
+    node = jnp.concatenate([jnp.asarray(anchor, jnp.int32)[None], jnp.where(key >= 0, order, -1)])
+    c = jnp.concatenate([cap[anchor][None], jnp.where(key >= 0, cap[order], 0)])  # [S'] caps in order
+    if rule == "consolidate":
+        gpus = jnp.clip(num_gpu - (jnp.cumsum(c) - c), 0, c)
+    elif rule == "spread":
+        gpus = _round_robin(c, num_gpu)
+    else:
+        raise ValueError(f"unknown gang_rule {rule!r}; known: {GANG_RULES}")
+    pad = span - node.shape[0]  # span > N: pad to S slots
+    node = jnp.pad(jnp.where(gpus > 0, node, -1), (0, pad), constant_values=-1)
+    return node.astype(jnp.int32), jnp.pad(gpus, (0, pad)).astype(jnp.int32)
+
+
+def _round_robin(cap, num_gpu):
+    """[S] int32: GPUs per node when passes over the nodes (in order) give one GPU to each
+    node with room until ``num_gpu`` are given: after pass L node i has min(cap_i, L); in
+    the last pass only the first nodes with cap_i >= L get theirs."""
+    levels = jnp.arange(1, MAX_GPUS_PER_NODE + 1)  # passes 1..G
+    given = jnp.minimum(cap[None, :], levels[:, None]).sum(-1)  # [G] after each pass
+    last = 1 + (given < num_gpu).sum()  # the pass that gives the last GPU
+    base = jnp.minimum(cap, last - 1)
+    in_last = cap >= last
+    return base + (in_last & (jnp.cumsum(in_last) <= num_gpu - base.sum()))
+
+
+class GangMixin:
+    """``ClusterEnv``'s gang placement and release (reads ``self.config``; no fields of its
+    own). Every part changes its node through ``_set_node``, as a one-node job does."""
+
+    def _gang_plan(self, core: Core, jobs: Jobs, cluster: Cluster, node_rank, j, n, place):
+        """What placing job j with anchor n takes -> (is_gang, node [S], gpus [S]): is_gang
+        when ``place`` and the job cannot run on n alone; the parts as ``parts`` chooses them."""
+        k = jobs.num_gpu[j]
+        closed = self._closed(core, j, jnp.arange(cluster.num_nodes))
+        cap = caps(cluster, core.free_cpu, core.free_mem, core.whole_free, k, jobs.cpu_milli[j],
+                   jobs.mem_mib[j], jobs.model_mask[j], closed)
+        node, gpus = parts(cap, n, k, node_rank, self.config.max_span, self.config.gang_rule)
+        return place & (k >= 2) & (cap[n] < k), node, gpus
+
+    def _place_parts(self, core: Core, jobs: Jobs, params, j, node, gpus, active):
+        """Job j takes, for each part s (when ``active``), the ``gpus[s]`` lowest-indexed wholly
+        free GPUs of ``node[s]`` and its CPU and memory share -> (core, GPU bits [S])."""
+        bits = []
+        for i, g in zip(node, gpus):
+            on = active & (g > 0)
+            i = jnp.maximum(i, 0)
+            whole = core.free_milli[i] == GPU_MILLI
+            pick = whole & (jnp.cumsum(whole) <= g) & on
+            bits.append(resources.mask_to_bits(pick))
+            core = self._change_part(core, jobs, params, j, i, pick, -1, on)
+        return core, jnp.stack(bits)
+
+    def _release_parts(self, core: Core, jobs: Jobs, params, j, node, bits, active):
+        """Job j's parts on ``node`` [S'] (-1: none) holding GPUs ``bits`` [S'] give back what
+        they took (when ``active``)."""
+        for i, b in zip(node, bits):
+            on = active & (i >= 0)
+            gpus = resources.bits_to_mask(b, params.cluster.max_gpus) & on
+            core = self._change_part(core, jobs, params, j, jnp.maximum(i, 0), gpus, 1, on)
+        return core
+
+    def _change_part(self, core: Core, jobs: Jobs, params, j, i, gpus, sign: int, active):
+        """Node i gains (sign 1) or loses (-1) the whole GPUs ``gpus`` [G] of job j's part
+        and the part's CPU and memory share."""
+        k, held = jobs.num_gpu[j], gpus.sum(dtype=jnp.int32)
+        cpu = jnp.where(active, part_request(jobs.cpu_milli[j], k, held), 0)
+        mem = jnp.where(active, part_request(jobs.mem_mib[j], k, held), 0)
+        core = self._set_node(core, jobs, params, i, sign * jnp.where(gpus, GPU_MILLI, 0),
+                              core.free_cpu.at[i].add(sign * cpu), core.free_mem.at[i].add(sign * mem), active)
+        return self._count_class(core, i, k, jnp.int32(GPU_MILLI), sign * active.astype(jnp.int32))
+
+    def _gang_speed(self, cluster: Cluster, jobs: Jobs, j, node, gpus):
+        """A gang's speed: its type's slowest speed over its nodes times ``spread_penalty``."""
+        speeds = jnp.where(gpus > 0, cluster.type_speed[jnp.maximum(node, 0), jobs.job_type[j]], jnp.inf)
+        return speeds.min() * jnp.float32(self.config.spread_penalty)
