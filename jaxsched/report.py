@@ -89,7 +89,16 @@ def _fmt(x: float) -> str:
 OUTCOMES = ("placed", "rejected", "failed", "dropped", "unfinished")
 # The final-state fields ``job_outcomes`` needs (``evaluate`` copies them off the device).
 RECORD_FIELDS = ("outcome", "node", "gpu_bits", "start_s", "end_s", "unschedulable",
-                 "queue", "queue_len", "next_arrival", "time_s", "measure_last")
+                 "queue", "queue_len", "next_arrival", "time_s", "measure_last", "span_node",
+                 "span_bits")
+
+
+def num_nodes(node, span_node) -> np.ndarray:
+    """[E, J] nodes each job ran on: 0 if never placed, 1 + its other parts for a gang
+    (docs/semantics.md, "Gang jobs"). node [E, J]; span_node [E, J, S-1], or the [E, 1, 1]
+    placeholder of -1 when jobs span no nodes."""
+    node, span_node = np.asarray(node), np.asarray(span_node)
+    return (node >= 0).astype(np.int64) + (span_node >= 0).sum(-1)
 
 
 def job_outcomes(records: dict, valid, static: bool) -> np.ndarray:
@@ -131,8 +140,8 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_job
 
     ``jobs``: the batch's ``Jobs`` ([E, J] arrays); ``records``: see ``job_outcomes``.
     Columns: scheduler, episode, job, arrival_s, work_s, num_gpu, gpu_milli, cpu_milli,
-    mem_mib, outcome, node (-1 = never placed), gpu_bits (bit g = GPU g of the node),
-    start_s, end_s (empty = never started; static mode: never ends; a rejected job: when
+    mem_mib, outcome, node (-1 = never placed; a gang's anchor), num_nodes (0 = never placed;
+    above 1 for a gang), gpu_bits (bit g = GPU g of the node), start_s, end_s (empty = never started; static mode: never ends; a rejected job: when
     it was rejected), measured (one of the measured jobs: ``warmup_jobs`` .. the episode's
     ``measure_last``).
     """
@@ -153,6 +162,7 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_job
         "mem_mib": take(jobs.mem_mib),
         "outcome": np.asarray(OUTCOMES)[code[eps, idx]],
         "node": take(records["node"]),
+        "num_nodes": take(num_nodes(records["node"], records["span_node"])),
         "gpu_bits": take(records["gpu_bits"]),
         "start_s": finite(take(records["start_s"])),
         "end_s": finite(take(records["end_s"])),
