@@ -121,6 +121,19 @@ def preset(num_nodes: int) -> NodeTable:
     return _table(rows)
 
 
+def uniform(num_nodes: int, model: str, gpus: int) -> NodeTable:
+    """``num_nodes`` alike nodes of ``gpus`` GPUs of ``model``, with the CPU and memory of the
+    openb node type of that model and GPU count (the first such type)."""
+    types = [t for t in OPENB_NODE_TYPES if t[0] == model and t[1] == gpus]
+    if not types:
+        known = sorted({f"{t[0]} x {t[1]}" for t in OPENB_NODE_TYPES})
+        raise DataError("cluster", None, "node_model", f"no openb node type has {gpus} x {model}; known: {known}")
+    if num_nodes < 1:
+        raise DataError("cluster", None, "preset_nodes", f"must be >= 1, got {num_nodes}")
+    _, _, cpu, mem, _ = types[0]
+    return _table([(f"{model.lower()}-{i:04d}", model, gpus, cpu, mem) for i in range(num_nodes)])
+
+
 def _int_field(path, line, field, text, minimum=0) -> int:
     try:
         value = float(text)

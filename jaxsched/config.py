@@ -62,11 +62,16 @@ def check_seeds(obj, names, offset: int = 0) -> None:
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     """preset_nodes: size of the openb-mix preset (used unless a node list is given).
-    node_list: path of an openb node list CSV; pai_machines: path of pai_machine_spec.csv."""
+    node_list: path of an openb node list CSV; pai_machines: path of pai_machine_spec.csv.
+    node_model: a GPU model name (e.g. "V100M32"): instead of the openb mix, ``preset_nodes``
+    alike nodes of ``node_gpus`` GPUs of that model, with the CPU and memory of the openb node
+    type of that model and GPU count (``cluster.uniform``; the Philly preset's 64 x 8 GPUs)."""
 
     preset_nodes: int = 64
     node_list: str = ""
     pai_machines: str = ""
+    node_model: str = ""
+    node_gpus: int = 8
 
     def __post_init__(self):
         if self.node_list and self.pai_machines:
@@ -77,7 +82,9 @@ class ClusterConfig:
 
 @dataclasses.dataclass(frozen=True)
 class WorkloadConfig:
-    """source: "synthetic" (default, needs no data) or "openb" (a pod-list trace).
+    """source: "synthetic" (default, needs no data), "openb" (a pod-list trace) or "philly"
+    (the Microsoft Philly trace, ``trace`` its CSV, ``vcs`` the virtual clusters kept, all
+    when empty; its windows are replayed as openb's are, gang sizes as given).
 
     For "openb": ``trace`` is the pod list; each episode is a window of ``window_jobs``
     consecutive arrivals, work capped at ``max_work_s``, time-compressed to offered load
@@ -100,6 +107,7 @@ class WorkloadConfig:
     replay: str = "windows"
     strict: bool = False
     trace_span: tuple = (0.0, 1.0)
+    vcs: tuple = ()
     synthetic: SyntheticConfig = SyntheticConfig(num_jobs=EPISODE_JOBS, target_load=0.9)
 
 

@@ -29,7 +29,9 @@ from jaxsched import config as cfg_lib
 from jaxsched import paths
 from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, Jobs, to_device
-from jaxsched.workload import alibaba, classes, synthetic
+from jaxsched.workload import alibaba, classes, philly, synthetic
+
+TRACES = ("openb", "philly")  # workload sources replayed from a trace (``load_trace``)
 
 
 def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
@@ -39,6 +41,8 @@ def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
         return cl.load_openb_nodes(paths.resolve_data_path(c.node_list))
     if c.pai_machines:
         return cl.load_pai_machines(paths.resolve_data_path(c.pai_machines))
+    if c.node_model:
+        return cl.uniform(c.preset_nodes, c.node_model, c.node_gpus)
     return cl.preset(c.preset_nodes)
 
 
@@ -49,9 +53,12 @@ def episode_keys(seed: int, num_episodes: int, stream: int):
 
 
 def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
-    """The openb pod list of ``workload.trace`` (dynamic mode)."""
+    """The trace of ``workload.trace``: openb's pod list (dynamic mode) or Philly's jobs of
+    ``workload.vcs``."""
     if not w.trace:
-        raise DataError("config", None, "workload.trace", "source 'openb' needs a pod-list path")
+        raise DataError("config", None, "workload.trace", f"source {w.source!r} needs a trace path")
+    if w.source == "philly":
+        return philly.load(paths.resolve_data_path(w.trace), vcs=list(w.vcs) or None)
     return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict)
 
 
@@ -137,19 +144,19 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
                 "median_work_s": synthetic.effective_median_work_s(syn),
                 "expected_offered_load": synthetic.expected_offered_load(syn, cl.work_capacity(nodes))}
         return jobs, synthetic_target(syn), info
-    if w.source == "openb":
+    if w.source in TRACES:
         trace = load_trace(w)
         unschedulable, names = trace.check_schedulable(nodes, strict=w.strict)
         jobs, factors = trace_episodes(trace, nodes, w.trace_span, w.window_jobs, episodes,
                                        config.eval.seed, w.target_load, "workload.trace_span",
                                        w.max_work_s, w.replay)
-        info = {"source": "openb", "trace": w.trace, "replay": w.replay, "jobs_per_episode": w.window_jobs,
+        info = {"source": w.source, "trace": w.trace, "replay": w.replay, "jobs_per_episode": w.window_jobs,
                 "left_out_pending": trace.report.get("left_out_pending", 0),
                 "unschedulable_jobs": unschedulable, "target_load": w.target_load,
                 "max_work_s": w.max_work_s, "trace_span": list(w.trace_span),
                 "compress_factor_min": min(factors), "compress_factor_max": max(factors)}
         return to_device(jobs), trace.frag_classes(), info
-    raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")
+    raise DataError("config", None, "workload.source", f"must be one of {('synthetic', *TRACES)}, got {w.source!r}")
 
 
 class Episodes(NamedTuple):
@@ -178,7 +185,7 @@ def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
     ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace, compressed to
     ``workload.target_load`` (``training.make_reset`` draws from either)."""
     w = config.workload
-    if w.source == "openb":
+    if w.source in TRACES:
         trace = load_trace(w)
         trace.check_schedulable(nodes, strict=w.strict)  # as build_workload: strict refuses
         workload, _ = trace_episodes(trace, nodes, train.trace_span, train.train_jobs, train.trace_windows,
@@ -190,5 +197,5 @@ def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
         workload.validate()
         frag = synthetic_target(workload)
     else:
-        raise DataError("config", None, "workload.source", f"must be 'synthetic' or 'openb', got {w.source!r}")
+        raise DataError("config", None, "workload.source", f"must be one of {('synthetic', *TRACES)}, got {w.source!r}")
     return to_device(EnvParams(cl.to_cluster(nodes), frag)), workload

@@ -478,7 +478,7 @@ def validation_config(run: RunConfig) -> cfg_lib.Config:
         raise DataError("config", None, "train.valid_seed",
                         f"must differ from eval.seed ({base.eval.seed}): validation episodes must not be the held-out ones")
     workload = base.workload
-    if workload.source == "openb":
+    if workload.source in experiment.TRACES:
         workload = dataclasses.replace(workload, trace_span=tuple(tc.trace_span))
     return dataclasses.replace(base, workload=workload, eval=dataclasses.replace(
         base.eval, episodes=tc.valid_episodes, seed=tc.valid_seed,

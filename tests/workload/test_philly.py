@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -232,3 +234,33 @@ def test_real_trace_every_vc_and_a_month(philly_csv):
     assert 0 <= october.arrival_s.min() and october.arrival_s.max() < 31 * 86400
     assert set(october.vc) == {"b436b2", "ee9e8c"}
     assert october.report["jobs"] + october.report["left_out_outside_window"] == 7423 + 1511
+
+
+def test_philly_preset_runs_gangs_across_nodes(philly_csv):
+    """configs/philly.toml, shrunk: VC b436b2 on 64 nodes of 8 GPUs. Every job above 8 GPUs
+    that ran spans nodes, each multi-GPU job's parts hold exactly its GPUs (GPU bits over its
+    nodes), the over-8 JCT is measured, and consolidate spans fewer nodes in all than
+    first-fit on the same episodes (first-fit anchors a job on the first node with a free GPU)."""
+    from jaxsched import config as cfg_lib
+    from jaxsched import evaluate as ev
+    from jaxsched import experiment, report
+
+    config = cfg_lib.load(Path(__file__).parents[2] / "configs" / "philly.toml", overrides=[
+        "eval.episodes=2", "eval.batch_size=2", "workload.window_jobs=400", "env.warmup_jobs=100",
+        "env.measured_jobs=100", f'workload.trace="{philly_csv}"'])
+    nodes = experiment.build_nodes(config)
+    assert len(nodes) == 64 and set(nodes.num_gpus) == {8}
+    eps = experiment.episodes(config, nodes)
+    spans = {}
+    for name in ("first-fit", "consolidate"):
+        metrics, records = ev.run_scheduler(name, config, eps.params, eps.jobs, eps.env_keys, eps.max_steps)
+        used = report.num_nodes(records["node"], records["span_node"])
+        placed = records["outcome"] == 1
+        k = np.asarray(eps.jobs.num_gpu)
+        assert (used[placed & (k > 8)] >= 2).all() and (placed & (k > 8)).any()
+        bits = np.concatenate([records["gpu_bits"][..., None], records["span_bits"]], -1)
+        held = np.vectorize(lambda b: bin(int(b)).count("1"))(bits).sum(-1)
+        np.testing.assert_array_equal(held[placed & (k >= 2)], k[placed & (k >= 2)])
+        spans[name] = used[placed & (k >= 2)].sum()
+        assert (metrics["jct_mean_over8"] > 0).all()
+    assert spans["consolidate"] < spans["first-fit"]
