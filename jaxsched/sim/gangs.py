@@ -153,7 +153,8 @@ class GangMixin:
         mem = jnp.where(active, part_request(jobs.mem_mib[j], k, held), 0)
         core = self._set_node(core, jobs, params, i, sign * jnp.where(gpus, GPU_MILLI, 0),
                               core.free_cpu.at[i].add(sign * cpu), core.free_mem.at[i].add(sign * mem), active)
-        return self._count_class(core, i, k, jnp.int32(GPU_MILLI), sign * active.astype(jnp.int32))
+        # The part's job joins the node's job classes as its GPUs leave (and the reverse).
+        return self._count_class(core, i, k, jnp.int32(GPU_MILLI), -sign * active.astype(jnp.int32))
 
     def _gang_speed(self, cluster: Cluster, jobs: Jobs, j, node, gpus):
         """A gang's speed: its type's slowest speed over its nodes times ``spread_penalty``."""
