@@ -295,8 +295,9 @@ class Observation:
     cluster      Cluster          static capacities
     time_s       []      float32;  queue_len [] int32
     frag_classes FragClasses      FGD's target workload (what fgd scores against)
-    node_classes [N]     int32    gpu-clustering classes on each node: bit 0 "share", bit k
-                                  "k GPUs" (all 0 unless ``EnvConfig.track_job_classes``)
+    node_class_jobs [N, C] int32  gpu-clustering classes: jobs of class c on node n, c = 0
+                                  "share", c = k "k GPUs", k <= max_span * G ([N, 1] zeros
+                                  unless ``EnvConfig.track_job_classes``)
     measure_from_s []    float32  start of the measurement interval (the first measured job's
                                   arrival): before it the episode is warming up
     fgd_shape    [2S, 3] int32    job shapes of the FGD drop table, and each node's drop for
@@ -324,7 +325,7 @@ class Observation:
     time_s: jax.Array
     queue_len: jax.Array
     frag_classes: FragClasses
-    node_classes: jax.Array
+    node_class_jobs: jax.Array
     measure_from_s: jax.Array
     fgd_shape: jax.Array
     fgd_drop: jax.Array

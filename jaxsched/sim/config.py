@@ -72,7 +72,7 @@ class EnvConfig:
       first-fit step on a 2-core CPU); for runs whose policy and metrics do not read it
       (results/bench/bench_quick_nofrag.md, profile.md).
     track_job_classes: keep per node the gpu-clustering job classes it hosts
-      (``Observation.node_classes``); costs a [N, G+1] count array in the state.
+      (``Observation.node_class_jobs``); costs a [N, S*G+1] count array in the state.
     fgd_table: S > 0 keeps FGD's drop table (``Observation.fgd_shape``, ``fgd_drop``): for
       the first S fractional and S other distinct job shapes (num_gpu, gpu_milli, cpu_milli)
       of the episode, each node's drop (``frag.node_drops``), computed at reset and redone

@@ -379,7 +379,7 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
             time_s=core.time_s,
             queue_len=core.queue_len,
             frag_classes=params.frag_classes,
-            node_classes=self._node_classes(core, params.cluster),
+            node_class_jobs=self._node_class_jobs(core, params.cluster),
             measure_from_s=core.measure_from_s,
             fgd_shape=core.fgd_shape,
             fgd_drop=core.fgd_drop,

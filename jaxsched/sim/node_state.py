@@ -135,9 +135,12 @@ class NodeStateMixin:
         return jnp.concatenate([kind_row(shape[:s], True), kind_row(shape[s:], False)])
 
     def _class_count_shape(self, cluster) -> tuple:
-        """[N, C] with C = "share" plus 1..G whole GPUs; a [1, 1] placeholder when not tracking
-        (checkpointers refuse zero-size arrays)."""
-        return (cluster.num_nodes, cluster.max_gpus + 1) if self.config.track_job_classes else (1, 1)
+        """[N, C] with C = "share" plus 1..S*G whole GPUs (a gang of k GPUs counts as class k
+        on each of its nodes); a [1, 1] placeholder when not tracking (checkpointers refuse
+        zero-size arrays)."""
+        if not self.config.track_job_classes:
+            return (1, 1)
+        return (cluster.num_nodes, self.config.max_span * cluster.max_gpus + 1)
 
     def _count_class(self, core: Core, n, num_gpu, gpu_milli, delta):
         """Add ``delta`` (int32) jobs of the (num_gpu, gpu_milli) class to node n's counts."""
@@ -148,9 +151,8 @@ class NodeStateMixin:
         delta = jnp.where(num_gpu > 0, delta, 0)  # CPU-only jobs have no class
         return core.replace(class_count=core.class_count.at[n, c].add(delta))
 
-    def _node_classes(self, core: Core, cluster):
-        """[N] int32 class bits (bit c set = some job of class c is on the node)."""
+    def _node_class_jobs(self, core: Core, cluster):
+        """[N, C] int32 jobs of each class on each node ([N, 1] zeros when not tracking)."""
         if not self.config.track_job_classes:
-            return jnp.zeros(cluster.num_nodes, jnp.int32)
-        bits = jnp.left_shift(1, jnp.arange(core.class_count.shape[-1], dtype=jnp.int32))
-        return jnp.where(core.class_count > 0, bits, 0).sum(-1, dtype=jnp.int32)
+            return jnp.zeros((cluster.num_nodes, 1), jnp.int32)
+        return core.class_count

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsched import policies
-from jaxsched.policies.gpu_clustering import class_bit, gpu_clustering_scores
+from jaxsched.policies.gpu_clustering import class_index, gpu_clustering_scores
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
 from jaxsched.policies.gpu_packing import gpu_packing_scores
@@ -56,22 +56,31 @@ def test_packing_scores_cpu_only_jobs_zero_everywhere():
     assert chosen_node(packing(None, obs, None), obs) == 3  # lowest rank
 
 
+def class_jobs(per_node, classes=9):
+    """[N, C] int32 node_class_jobs from one {class: jobs} dict per node (C = share + 1..8)."""
+    out = np.zeros((len(per_node), classes), np.int32)
+    for n, counts in enumerate(per_node):
+        for c, jobs in counts.items():
+            out[n, c] = jobs
+    return jnp.asarray(out)
+
+
 def test_clustering_prefers_nodes_hosting_only_the_jobs_class():
     # Classes: n0 hosts only "share", n1 "share" and "2 GPUs", n2 nothing, n3 only "1 GPU".
-    share, two, one = (int(class_bit(jnp.int32(k), jnp.int32(m))) for k, m in ((1, 500), (2, 1000), (1, 1000)))
-    assert (share, two, one) == (1, 4, 2)
-    classes = jnp.asarray([share, share | two, 0, one], jnp.int32)
+    share, two, one = (int(class_index(jnp.int32(k), jnp.int32(m))) for k, m in ((1, 500), (2, 1000), (1, 1000)))
+    assert (share, two, one) == (0, 2, 1)
+    classes = class_jobs([{share: 2}, {share: 1, two: 1}, {}, {one: 3}])
     free = [[500] + [1000] * 7, [500, 0, 0] + [1000] * 5, [1000, 1000], [0]]
     obs = observe((1, 300, 1000), free)
     # used term 25 * (8000 - node's free milli) // 8000 (8000 is the published normaliser, whatever
     # the node's size): n0 (free 7500) 1, n1 (5500) 7, n2 (2000) 18, n3 (0) 25.
     # share job: n0 only-share 1 + 75 = 76; n1 mixed 7 + 50 = 57; n2 empty 18 + 25 = 43; n3 other 25.
     assert np.asarray(clustering_scores(obs, job(1, 300), classes)).tolist() == [76, 57, 43, 25]
-    assert chosen_node(clustering(None, obs.replace(node_classes=classes), None), obs) == 0
+    assert chosen_node(clustering(None, obs.replace(node_class_jobs=classes), None), obs) == 0
     # a 2-GPU job: n0 other class 1; n1 mixed with its class 57; n2 empty 43; n3 can't fit.
     obs2 = observe((2, 1000, 1000), free)
     assert np.asarray(clustering_scores(obs2, job(2, 1000), classes))[:3].tolist() == [1, 57, 43]
-    assert chosen_node(clustering(None, obs2.replace(node_classes=classes), None), obs2) == 1
+    assert chosen_node(clustering(None, obs2.replace(node_class_jobs=classes), None), obs2) == 1
 
 
 def test_env_tracks_the_classes_each_node_hosts_exactly():
@@ -87,14 +96,13 @@ def test_env_tracks_the_classes_each_node_hosts_exactly():
     for node in (0, 0, 1, 1, 2):  # slot 0 on ``node``
         state, obs, *_ = env.step(jax.random.key(0), state, node, params)
     assert float(obs.time_s) == 5.0
-    assert np.asarray(obs.node_classes).tolist() == [2, 4 | 1, 0, 0]
+    np.testing.assert_array_equal(obs.node_class_jobs, class_jobs([{1: 2}, {0: 1, 2: 1}, {}, {}]))
     state, obs, *_ = env.step(jax.random.key(0), state, 2, params)
     assert float(obs.time_s) == 20.0  # job 0 has ended; job 1 (1 GPU) is still on n0
-    assert np.asarray(obs.node_classes).tolist() == [2, 4 | 1, 0, 0]
-    assert np.asarray(state.core.class_count)[0].tolist() == [0, 1] + [0] * 7
+    np.testing.assert_array_equal(obs.node_class_jobs, class_jobs([{1: 1}, {0: 1, 2: 1}, {}, {}]))
 
 
 def test_clustering_scores_cpu_only_jobs_zero_everywhere():
     obs = observe((0, 0, 1000), USED, node_rank=[1, 0, 2, 3])
-    assert np.asarray(clustering_scores(obs, job(0, 0), jnp.ones(4, jnp.int32))).tolist() == [0, 0, 0, 0]
+    assert np.asarray(clustering_scores(obs, job(0, 0), jnp.ones((4, 9), jnp.int32))).tolist() == [0, 0, 0, 0]
     assert chosen_node(clustering(None, obs, None), obs) == 1

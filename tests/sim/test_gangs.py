@@ -93,6 +93,22 @@ def test_gang_schedule_matches_the_hand_worked_one(run):
     assert metrics["failed"] == 1 and metrics["finished"] == 5
 
 
+def test_a_gang_counts_as_its_own_class_on_every_node_it_spans():
+    """gpu-clustering's classes with gangs: a 10-GPU job on 4-GPU nodes is class "10 GPUs" on
+    all three of its nodes (the class columns reach max_span x G, G the padded GPUs per node,
+    past the 8 of one node)."""
+    env = ClusterEnv(EnvConfig(window=1, tie_break="identity", track_job_classes=True, max_span=3))
+    params = to_device(EnvParams(CLUSTER, FRAG_CLASSES))
+    jobs = jobs_from_numpy(arrival_s=[0, 5], work_s=[100, 1], num_gpu=[10, 0], gpu_milli=[1000, 0],
+                           cpu_milli=[0, 0], mem_mib=[0, 0])
+    state, obs = env.reset(jax.random.key(0), params, to_device(jobs))
+    state, obs, *_ = env.step(jax.random.key(0), state, 0, params)  # anchor on node 0
+    assert float(obs.time_s) == 5.0 and np.asarray(state.span_node[0]).tolist() == [1, 2]
+    want = np.zeros((3, 3 * CLUSTER.gpu_exists.shape[1] + 1), np.int32)
+    want[:, 10] = 1
+    np.testing.assert_array_equal(obs.node_class_jobs, want)
+
+
 def test_reference_gang_parts_take_cpu_and_memory_in_proportion_rounded_up():
     seen = {}
 
