@@ -34,6 +34,26 @@ def compilation_cache(request, tmp_path_factory):
     yield
 
 
+XLA_FLAGS_AT_START = os.environ.get("XLA_FLAGS")
+
+
+@pytest.fixture(autouse=True)
+def restore_xla_flags():
+    """Give every test the XLA_FLAGS the run started with.
+
+    A CLI called in-process (``evaluate.main``, ``train.main``) adds its CPU flags to
+    ``XLA_FLAGS`` (``devices.configure_cpu``), and those stayed for every later test of that
+    xdist worker: its rollouts then ran each episode alone (``rollout.default_chunk``), and
+    since JAX keys the persistent cache by ``XLA_FLAGS`` too, nothing it compiled from then
+    on was shared with the other worker or with its own earlier tests.
+    """
+    yield
+    if XLA_FLAGS_AT_START is None:
+        os.environ.pop("XLA_FLAGS", None)
+    else:
+        os.environ["XLA_FLAGS"] = XLA_FLAGS_AT_START
+
+
 @pytest.fixture(scope="module", autouse=True)
 def release_compiled_programs():
     """Drop JAX's compiled programs after each test module.
