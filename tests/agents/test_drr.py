@@ -245,21 +245,22 @@ def test_short_drr_training_run_beats_random_placement(tmp_path):
                    "train.seed=2", "train.total_updates=150", "train.chunk_updates=50", "train.checkpoint_every=0")
     trained = train_lib.train(run, tmp_path / "learn", show_progress=False)
     agent = trained.trainer.scheduler
-    untrained = jax.jit(trained.trainer.init)(jax.random.key(run.train.seed)).params
+    # The network before any update: train's own init (compiled already), no update run.
+    untrained = train_lib.train(run, tmp_path / "untrained", show_progress=False, stop_after=0).selection.params
     random_sched = get("random")
-    agent_jct = _mean_jct(run, agent.policy, trained.selection.params, agent.gpu_rule)
-    untrained_jct = _mean_jct(run, agent.policy, untrained, agent.gpu_rule)
-    random_jct = _mean_jct(run, random_sched.policy, None, random_sched.gpu_rule)
+    agent_jct, untrained_jct = _mean_jct(run, agent.policy, agent.gpu_rule, trained.selection.params, untrained)
+    [random_jct] = _mean_jct(run, random_sched.policy, random_sched.gpu_rule, None)
     assert agent_jct < 0.8 * random_jct, (agent_jct, random_jct)
     assert agent_jct < 0.8 * untrained_jct, (agent_jct, untrained_jct)
 
 
-def test_load_sweep_runs_a_trained_agent_beside_the_heuristics_at_each_load():
+def test_load_sweep_runs_a_trained_agent_beside_the_heuristics_at_each_load(tmp_path):
     """``train --checkpoint DIR --eval-set eval.sweep_loads=…``: the agent's rows of the sweep
     are its episodes at each load, as evaluated alone, and it gets a maximum sustainable load."""
     run = tiny_drr()
     tr, _ = train_lib.make_trainer(run)
-    params = jax.jit(tr.init)(jax.random.key(0)).params
+    # An untrained agent: train's own init (the resume test's program), no update run.
+    params = train_lib.train(run, tmp_path, show_progress=False, stop_after=0).selection.params
     config = train_lib.with_eval_overrides(run, ["eval.sweep_loads=[0.5, 1.2]", 'eval.schedulers=["fgd"]',
                                                  "eval.episodes=4", "eval.batch_size=4"]).base
     per_episode, _, max_load, _ = ev.sweep_load(config, show_progress=False, agents=[(tr.scheduler, params)])

@@ -9,7 +9,7 @@ import pytest
 
 from jaxsched import experiment
 from jaxsched import train as train_lib
-from jaxsched.agents import checkpoint
+from jaxsched.agents import checkpoint, training
 from jaxsched.errors import DataError
 from jaxsched.policies import get
 from jaxsched.rollout import rollout, warm_up_batch
@@ -30,8 +30,9 @@ def _leaves_equal(a, b):
 def test_checkpoint_round_trip_restores_every_leaf(tmp_path):
     run = tiny_run()
     tr, _ = train_lib.make_trainer(run)
-    runner = jax.jit(tr.init)(jax.random.key(3))
-    other = jax.jit(tr.init)(jax.random.key(4))
+    init = jax.jit(training.over_seeds(tr.init, 1))  # a runner as train() holds it: one program with train()'s
+    runner = init(training.seed_keys(3, 1))
+    other = init(training.seed_keys(4, 1))
     mgr = checkpoint.manager(tmp_path / "ckpt")
     checkpoint.save(mgr, 7, runner)
     step, restored = checkpoint.restore(mgr, other)
@@ -218,17 +219,21 @@ def test_eval_overrides_change_the_evaluation_only(tmp_path):
         train_lib.load_trained(run, tmp_path / "never-trained")
 
 
-def _mean_jct(run, policy, policy_params, gpu_rule):
+def _mean_jct(run, policy, gpu_rule, *policy_params):
+    """The mean JCT of ``policy`` with each of ``policy_params`` (one compiled rollout)."""
     config = run.base
     nodes = experiment.build_nodes(config)
     jobs, frag, _ = experiment.build_workload(config, nodes)
     env_params = train_lib.setup(run)[1]
     keys = experiment.episode_keys(config.eval.seed, config.eval.episodes, stream=1)
     env = ClusterEnv(dataclasses.replace(config.env, gpu_rule=gpu_rule))
-    metrics = jax.jit(lambda pp, j, k: rollout(env, policy, pp, env_params, j, k, 400)[1])(
-        policy_params, jobs, keys)
-    assert bool(metrics["done"].all())
-    return float(metrics["jct_mean"].mean())
+    play = jax.jit(lambda pp, j, k: rollout(env, policy, pp, env_params, j, k, 400)[1])
+    jcts = []
+    for params in policy_params:
+        metrics = play(params, jobs, keys)
+        assert bool(metrics["done"].all())
+        jcts.append(float(metrics["jct_mean"].mean()))
+    return jcts
 
 
 SLOW_THEN_FAST = "sn,cpu_milli,memory_mib,gpu,model\nslow-0,64000,262144,4,T4\nslow-1,64000,262144,4,T4\nfast-2,96000,393216,8,A10\n"
@@ -247,11 +252,11 @@ def test_short_training_run_beats_random_scheduler(tmp_path):
                    "agent.lr=3e-3")
     trained = train_lib.train(run, tmp_path / "learn", show_progress=False)
     agent = trained.trainer.scheduler.policy
-    untrained = jax.jit(trained.trainer.init)(jax.random.key(run.train.seed)).params
+    # The network before any update: train's own init (compiled already), no update run.
+    untrained = train_lib.train(run, tmp_path / "untrained", show_progress=False, stop_after=0).selection.params
     random_sched = get("random")
-    agent_jct = _mean_jct(run, agent, trained.selection.params, "best-fit")
-    untrained_jct = _mean_jct(run, agent, untrained, "best-fit")
-    random_jct = _mean_jct(run, random_sched.policy, None, random_sched.gpu_rule)
+    agent_jct, untrained_jct = _mean_jct(run, agent, "best-fit", trained.selection.params, untrained)
+    [random_jct] = _mean_jct(run, random_sched.policy, random_sched.gpu_rule, None)
     assert agent_jct < 0.75 * random_jct, (agent_jct, random_jct)
     assert agent_jct < 0.75 * untrained_jct, (agent_jct, untrained_jct)
 
