@@ -7,7 +7,8 @@ GPU speed table (work units per second; a job's run time is ``work_s / speed``):
 normalised single-GPU training throughput with the V100 at 1.0. P100, T4 and A10 follow
 the usual published training-throughput ratios (e.g. Gavel, OSDI '20; vendor benchmarks);
 the openb models G2 and G3 are undisclosed, so we pick G2 = 0.8 (a mid-range card, the most
-common model in openb) and G3 = 1.2 (newer, on the largest nodes); PAI's "MISC" = 0.5.
+common model in openb) and G3 = 1.2 (newer, on the largest nodes); PAI's "MISC" = 0.5; the
+K80 0.3, from Gavel's measured throughputs (the comment at ``DEFAULT_SPEEDS``).
 These are defaults: pass ``speeds={...}`` to override any of them.
 
 Per-job-type speeds: ``to_cluster(table, type_speeds={model: [speed of type 0, 1, ...]})``
@@ -31,11 +32,19 @@ from jaxsched.errors import DataError
 from jaxsched.textfile import read_text
 from jaxsched.types import MAX_GPUS_PER_NODE, Cluster, check_job_type
 
-# Order fixes the model ids (bit positions of Jobs.model_mask); append, never reorder.
-MODEL_NAMES = ("V100M16", "V100M32", "P100", "T4", "A10", "G2", "G3", "V100", "MISC", "CPU")
+# Order fixes the model ids (bit positions of Jobs.model_mask): add a GPU model just before
+# "CPU", which stays last (agents one-hot a node without GPUs as the last model, and
+# MODEL_NAMES[:-1] are the GPU models); never reorder the others.
+MODEL_NAMES = ("V100M16", "V100M32", "P100", "T4", "A10", "G2", "G3", "V100", "MISC", "K80", "CPU")
+# K80 (Gavel's oldest GPU) = 0.3: the geometric mean over Gavel's 26 job types of their K80 /
+# V100 throughput at one GPU (simulation_throughputs.json: 0.297; the ratios run from 0.09,
+# ResNet-18 at batch size 256, to 1.51, Recommendation at 1024). The arithmetic mean, 0.44, is
+# pulled up by the five Recommendation types, the only ones faster on the K80; the median is
+# 0.25. (Gavel's P100 geometric mean is 0.94; the table keeps P100 at 0.6.) Gavel's per-type
+# speeds replace these where a cluster is built with ``type_speeds`` (workload/gavel.py).
 DEFAULT_SPEEDS = {
     "V100M16": 1.0, "V100M32": 1.0, "V100": 1.0, "P100": 0.6, "T4": 0.45, "A10": 1.1,
-    "G2": 0.8, "G3": 1.2, "MISC": 0.5, "CPU": 1.0,
+    "G2": 0.8, "G3": 1.2, "MISC": 0.5, "K80": 0.3, "CPU": 1.0,
 }
 INT32_MAX = int(np.iinfo(np.int32).max)
 

@@ -192,7 +192,7 @@ def test_cpu_only_node_gets_cpu_model(tmp_path):
 @pytest.mark.parametrize("body, line, field, problem", [
     ("m0,P100,64,512,2\nm1,T4,x,512,2\n", 2, "cap_cpu", "not a number"),
     ("m0,P100,64,512,2\nm1,T4,64,512,-2\n", 2, "cap_gpu", ">= 0"),
-    ("m0,P100,64,512,2\nm1,K80,64,512,2\n", 2, "gpu_type", "unknown GPU model"),
+    ("m0,P100,64,512,2\nm1,H100,64,512,2\n", 2, "gpu_type", "unknown GPU model"),
 ])
 def test_malformed_pai_machines(tmp_path, body, line, field, problem):
     p = write(tmp_path, "machines.csv", body)

@@ -35,8 +35,7 @@ cluster's job types (``Cluster.type_speed``, docs/semantics.md "Job types") are 
 (job type, scale factor) pairs: row ``type_row(t, s) = t × 4 + index of s in (1, 2, 4, 8)``.
 ``type_speeds(throughputs, models)`` gives ``cluster.to_cluster``'s ``type_speeds`` table,
 ``{cluster model: [4T] speeds}``, with ``models`` mapping Gavel's GPU types onto the cluster's
-models (``{"v100": "V100", "p100": "P100"}``; jaxsched has no K80 model yet, so k80 can only
-stand in for another model). ``to_jobs(jobs, throughputs, models, gpus_per_node)`` turns
+models (``{"k80": "K80", "p100": "P100", "v100": "V100"}``). ``to_jobs(jobs, throughputs, models, gpus_per_node)`` turns
 ``GavelJobs`` into the env's ``Jobs``: whole GPUs, its row as ``job_type``, a model mask of the
 mapped models its type runs on. Only single-node jobs: a job with more GPUs than a node has
 (a gang over servers, later work) is refused with a ``DataError`` counting them.
