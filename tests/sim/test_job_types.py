@@ -241,7 +241,8 @@ def test_gavel_to_jobs_keeps_jobs_off_gpus_where_their_type_cannot_run_and_refus
         gavel.to_jobs(drawn, thr, {"a100": "V100"}, 8)
     speeds = gavel.type_speeds(thr, GAVEL_MODELS)
     assert speeds["K80"][gavel.type_row(r50, 2)] == gavel.PLACEHOLDER_SPEED
-    assert len(speeds["V100"]) == len(thr.job_types) * 4 and (speeds["V100"] == 1.0).all()
+    one_server = gavel.type_row(np.arange(len(thr.job_types))[:, None], np.asarray(gavel.SCALE_FACTORS)[None, :])
+    assert len(speeds["V100"]) == len(thr.job_types) * 8 and (speeds["V100"][one_server] == 1.0).all()
 
 
 @needs_gavel

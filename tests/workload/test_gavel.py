@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from jaxsched import cluster as C
 from jaxsched import paths
 from jaxsched.errors import DataError
 from jaxsched.workload import gavel as G
@@ -93,7 +94,7 @@ def broken(change):
      "not a number"),
     (broken(lambda o: o["k80"][key("B", 1)].__setitem__("null", -1.0)), None, f"k80 / {key('B', 1)} / null",
      ">= 0"),
-    (broken(lambda o: o["v100"][key("B", 1)].__setitem__("null", 0)), None, f"v100 / ('B', 1) / null",
+    (broken(lambda o: o["v100"][key("B", 1)].__setitem__("null", 0)), None, "v100 / ('B', 1) / null",
      "0 steps/s on the reference GPU"),
     (broken(lambda o: o["v100"].__setitem__(key("C", 2), alone(1.0))), None, "v100 / ('C', 2)",
      "no scale factor 1"),
@@ -248,3 +249,81 @@ def test_the_types_of_a_loaded_table_drive_the_generator(tmp_path):
     jobs = host(gen(jax.random.key(2), G.GavelConfig(1.0, 400, True, tp.distributed)))
     assert set(np.unique(jobs.job_type)) == {0, 1}
     assert (jobs.job_type[jobs.num_gpus > 1] == 0).all()  # B is not distributed
+
+
+# ================================================================ into the simulator
+
+def drawn(job_type, num_gpus):
+    """``GavelJobs`` of the given types and scale factors, one an hour, an hour of work each."""
+    n = len(job_type)
+    return G.GavelJobs(arrival_s=np.arange(n, dtype=np.float32) * 3600, work_s=np.full(n, 3600.0, np.float32),
+                       num_gpus=np.asarray(num_gpus, np.int32), job_type=np.asarray(job_type, np.int32))
+
+
+def test_type_rows_pair_each_scale_factor_on_one_server_with_spread():
+    assert G.type_row(0, 1) == 0 and G.type_row(0, 1, spread=True) == 1
+    assert G.type_row(0, 8, True) == 7 and G.type_row(1, 1) == 8 and G.type_row(1, 2, True) == 11
+    assert G.type_row(3, [1, 2, 3], [False, True, True]).tolist() == [24, 27, -1]
+    rows = G.type_row(np.arange(26)[:, None, None], np.asarray(G.SCALE_FACTORS)[None, :, None],
+                      np.array([False, True])[None, None, :])
+    assert sorted(rows.ravel().tolist()) == list(range(26 * 8))  # one row each, none skipped
+
+
+def test_jobs_larger_than_a_server_span_servers_at_gavels_spread_speed(tmp_path):
+    """On one-GPU servers a 2-GPU job of type A takes A's spread row: 12/16 on the V100 (its
+    unconsolidated over its consolidated throughput), on the P100 (not measured spread) its
+    one-server speed 8/16 times the V100's spread factor 12/16, and the K80 (0 steps/s) is
+    off its model mask. On 2-GPU servers the same job fits one server: its consolidated row."""
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    speeds = G.type_speeds(tp, G.MODELS)
+    assert len(speeds["V100"]) == 2 * 8  # 2 types x 4 scale factors x {one server, spread}
+    spread_a2 = G.type_row(0, 2, spread=True)
+    assert speeds["V100"][spread_a2] == 12 / 16 and speeds["P100"][spread_a2] == (8 / 16) * (12 / 16)
+    assert speeds["K80"][spread_a2] == G.PLACEHOLDER_SPEED  # 0: never used, the mask keeps it off
+    assert speeds["P100"][G.type_row(0, 2)] == 8 / 16 and speeds["V100"][G.type_row(0, 2)] == 1.0
+    np.testing.assert_array_equal(G.spread_speed(tp, 2)[0], [0.0, 0.375, 0.75])
+
+    jobs = G.to_jobs(drawn([0, 0, 1], [1, 2, 1]), tp, G.MODELS, gpus_per_node=1, max_span=2)
+    assert jobs.job_type.tolist() == [G.type_row(0, 1), spread_a2, G.type_row(1, 1)]
+    assert jobs.num_gpu.tolist() == [1, 2, 1] and (jobs.gpu_milli == 1000).all()
+    assert jobs.model_mask[1] == C.model_mask(["P100", "V100"])
+    assert jobs.model_mask[0] == C.model_mask(["K80", "P100", "V100"])
+    on_two = G.to_jobs(drawn([0, 0, 1], [1, 2, 1]), tp, G.MODELS, gpus_per_node=2)
+    assert on_two.job_type.tolist() == [G.type_row(0, 1), G.type_row(0, 2), G.type_row(1, 1)]
+    assert on_two.model_mask[1] == C.model_mask(["P100", "V100"])  # 0 on the K80 at 2 GPUs either way
+
+
+@pytest.mark.parametrize("kwargs, job, field, problem", [
+    (dict(gpus_per_node=1), drawn([0, 0], [1, 2]), "num_gpus",
+     r"1 of 2 jobs need more than the 1 GPUs of 1 server\(s\) of 1.*job 1, type 0, 2 GPUs"),
+    (dict(gpus_per_node=1, max_span=4), drawn([0, 0], [1, 8]), "num_gpus", "more than the 4 GPUs of 4 server"),
+    (dict(gpus_per_node=1, max_span=0), drawn([0], [1]), "max_span", "integer >= 1"),
+    (dict(gpus_per_node=1, max_span=2.0), drawn([0], [1]), "max_span", "integer >= 1"),
+    # A at 4 GPUs is measured on one server only, on no GPU spread: nothing to estimate from
+    (dict(gpus_per_node=1, max_span=4), drawn([0, 0], [4, 4]), "job_type", "2 of 2 jobs .* did not measure"),
+    (dict(gpus_per_node=1, max_span=2), drawn([1], [2]), "job_type", "did not measure"),  # B is not distributed
+])
+def test_jobs_the_cluster_cannot_run_are_refused_naming_the_field(tmp_path, kwargs, job, field, problem):
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    with pytest.raises(DataError, match=problem) as e:
+        G.to_jobs(job, tp, G.MODELS, **kwargs)
+    assert_names(e.value, "gavel jobs", None, field)
+    G.to_jobs(drawn([0, 0], [4, 4]), tp, G.MODELS, gpus_per_node=4)  # on one server A at 4 GPUs is measured
+
+
+def test_real_spread_speeds_are_measured_or_estimated_from_the_v100(gavel_json):
+    """Every distributed type has a spread speed on every GPU type at 2, 4 and 8 GPUs: Gavel's
+    measured one, except the K80's ResNet-50 at batch sizes 64 and 128, estimated from the
+    V100's spread factor (and 0 at 128, where the K80 cannot run it on one server either)."""
+    tp = G.load_throughputs(gavel_json)
+    dist = np.asarray(tp.distributed)
+    for s in (2, 4, 8):
+        spread, measured = G.spread_speed(tp, s), tp.speed(s, consolidated=False)
+        assert np.isfinite(spread[dist]).all() and np.isnan(spread[~dist]).all()
+        estimated = np.isnan(measured) & np.isfinite(spread)
+        names = {tp.job_types[t] for t in np.flatnonzero(estimated.any(axis=1))}
+        assert names == {"ResNet-50 (batch size 64)", "ResNet-50 (batch size 128)"}
+        assert (np.flatnonzero(estimated.any(axis=0)) == [0]).all()  # K80 only
+        r64, r128 = tp.job_types.index("ResNet-50 (batch size 64)"), tp.job_types.index("ResNet-50 (batch size 128)")
+        assert spread[r64, 0] == pytest.approx(tp.speed(s)[r64, 0] * measured[r64, 2])
+        assert spread[r128, 0] == 0.0
