@@ -143,6 +143,38 @@ def uniform(num_nodes: int, model: str, gpus: int) -> NodeTable:
     return _table([(f"{model.lower()}-{i:04d}", model, gpus, cpu, mem) for i in range(num_nodes)])
 
 
+# CPU and memory of a node of ``groups`` per GPU: openb's one-V100 nodes' (8 cores, 32 GiB). The
+# GPU-only workloads that use groups (Gavel's) ask for none, so they never bind.
+GROUP_CPU_MILLI_PER_GPU = 8000
+GROUP_MEM_MIB_PER_GPU = 32768
+
+
+def groups(spec) -> NodeTable:
+    """Nodes in groups of alike servers: ``spec`` = [(model, servers, GPUs per server), ...],
+    e.g. Gavel's cluster ``[("V100", 36, 1), ("P100", 36, 1), ("K80", 36, 1)]``; each node
+    has ``GROUP_CPU_MILLI_PER_GPU`` and ``GROUP_MEM_MIB_PER_GPU`` per GPU. Nodes are numbered
+    group after group (``<model>-<i>``). A bad group is a ``DataError`` naming ``node_groups``
+    and the group."""
+    def bad(i, problem):
+        return DataError("cluster", None, "node_groups", f"group {i} {spec[i]!r}: {problem}")
+
+    if not isinstance(spec, (list, tuple)) or not spec:
+        raise DataError("cluster", None, "node_groups", f"expected [[model, servers, GPUs per server], ...], got {spec!r}")
+    rows = []
+    for i, group in enumerate(spec):
+        if not isinstance(group, (list, tuple)) or len(group) != 3:
+            raise bad(i, "expected [model, servers, GPUs per server]")
+        model, servers, gpus = group
+        if model not in MODEL_NAMES or model == "CPU":
+            raise bad(i, f"unknown GPU model {model!r}; known: {MODEL_NAMES[:-1]}")
+        for name, value, top in (("servers", servers, INT32_MAX), ("GPUs per server", gpus, MAX_GPUS_PER_NODE)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
+                raise bad(i, f"{name} must be an integer in [1, {top}], got {value!r}")
+        rows += [(f"{model.lower()}-{len(rows) + k:04d}", model, gpus, gpus * GROUP_CPU_MILLI_PER_GPU,
+                  gpus * GROUP_MEM_MIB_PER_GPU) for k in range(servers)]
+    return _table(rows)
+
+
 def _int_field(path, line, field, text, minimum=0) -> int:
     try:
         value = float(text)

@@ -314,6 +314,15 @@ def expected_gpus(config: GavelConfig) -> float:
     return float(np.dot(SCALE_FACTORS, SCALE_FACTOR_PROBS))
 
 
+def offered_load(config: GavelConfig, capacity: float) -> float:
+    """The nominal offered load rho of ``config`` on a cluster of work capacity ``capacity``
+    (``cluster.work_capacity``, in V100 GPUs): GPU work arriving per second, jobs_per_hour /
+    3600 x E[work_s] x E[num_gpus], over it. Nominal: it counts a job's work at its V100
+    speed on one server, while Gavel's jobs run slower on most other GPUs and spread over
+    servers, so the GPU time they take is larger (docs/workloads.md, "Gavel")."""
+    return config.jobs_per_hour / 3600.0 * expected_work_s() * expected_gpus(config) / capacity
+
+
 def generate(key: jax.Array, config: GavelConfig) -> GavelJobs:
     """Draw one workload from ``key`` (see the module docstring). Pure and traceable:
     ``jax.jit(generate, static_argnums=1)``, ``jax.vmap(lambda k: generate(k, cfg))(keys)``.
