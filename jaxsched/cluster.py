@@ -7,7 +7,8 @@ GPU speed table (work units per second; a job's run time is ``work_s / speed``):
 normalised single-GPU training throughput with the V100 at 1.0. P100, T4 and A10 follow
 the usual published training-throughput ratios (e.g. Gavel, OSDI '20; vendor benchmarks);
 the openb models G2 and G3 are undisclosed, so we pick G2 = 0.8 (a mid-range card, the most
-common model in openb) and G3 = 1.2 (newer, on the largest nodes); PAI's "MISC" = 0.5.
+common model in openb) and G3 = 1.2 (newer, on the largest nodes); PAI's "MISC" = 0.5; the
+K80 0.3, from Gavel's measured throughputs (the comment at ``DEFAULT_SPEEDS``).
 These are defaults: pass ``speeds={...}`` to override any of them.
 
 Per-job-type speeds: ``to_cluster(table, type_speeds={model: [speed of type 0, 1, ...]})``
@@ -31,11 +32,19 @@ from jaxsched.errors import DataError
 from jaxsched.textfile import read_text
 from jaxsched.types import MAX_GPUS_PER_NODE, Cluster, check_job_type
 
-# Order fixes the model ids (bit positions of Jobs.model_mask); append, never reorder.
-MODEL_NAMES = ("V100M16", "V100M32", "P100", "T4", "A10", "G2", "G3", "V100", "MISC", "CPU")
+# Order fixes the model ids (bit positions of Jobs.model_mask): add a GPU model just before
+# "CPU", which stays last (agents one-hot a node without GPUs as the last model, and
+# MODEL_NAMES[:-1] are the GPU models); never reorder the others.
+MODEL_NAMES = ("V100M16", "V100M32", "P100", "T4", "A10", "G2", "G3", "V100", "MISC", "K80", "CPU")
+# K80 (Gavel's oldest GPU) = 0.3: the geometric mean over Gavel's 26 job types of their K80 /
+# V100 throughput at one GPU (simulation_throughputs.json: 0.297; the ratios run from 0.09,
+# ResNet-18 at batch size 256, to 1.51, Recommendation at 1024). The arithmetic mean, 0.44, is
+# pulled up by the five Recommendation types, the only ones faster on the K80; the median is
+# 0.25. (Gavel's P100 geometric mean is 0.94; the table keeps P100 at 0.6.) Gavel's per-type
+# speeds replace these where a cluster is built with ``type_speeds`` (workload/gavel.py).
 DEFAULT_SPEEDS = {
     "V100M16": 1.0, "V100M32": 1.0, "V100": 1.0, "P100": 0.6, "T4": 0.45, "A10": 1.1,
-    "G2": 0.8, "G3": 1.2, "MISC": 0.5, "CPU": 1.0,
+    "G2": 0.8, "G3": 1.2, "MISC": 0.5, "K80": 0.3, "CPU": 1.0,
 }
 INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -132,6 +141,38 @@ def uniform(num_nodes: int, model: str, gpus: int) -> NodeTable:
         raise DataError("cluster", None, "preset_nodes", f"must be >= 1, got {num_nodes}")
     _, _, cpu, mem, _ = types[0]
     return _table([(f"{model.lower()}-{i:04d}", model, gpus, cpu, mem) for i in range(num_nodes)])
+
+
+# CPU and memory of a node of ``groups`` per GPU: openb's one-V100 nodes' (8 cores, 32 GiB). The
+# GPU-only workloads that use groups (Gavel's) ask for none, so they never bind.
+GROUP_CPU_MILLI_PER_GPU = 8000
+GROUP_MEM_MIB_PER_GPU = 32768
+
+
+def groups(spec) -> NodeTable:
+    """Nodes in groups of alike servers: ``spec`` = [(model, servers, GPUs per server), ...],
+    e.g. Gavel's cluster ``[("V100", 36, 1), ("P100", 36, 1), ("K80", 36, 1)]``; each node
+    has ``GROUP_CPU_MILLI_PER_GPU`` and ``GROUP_MEM_MIB_PER_GPU`` per GPU. Nodes are numbered
+    group after group (``<model>-<i>``). A bad group is a ``DataError`` naming ``node_groups``
+    and the group."""
+    def bad(i, problem):
+        return DataError("cluster", None, "node_groups", f"group {i} {spec[i]!r}: {problem}")
+
+    if not isinstance(spec, (list, tuple)) or not spec:
+        raise DataError("cluster", None, "node_groups", f"expected [[model, servers, GPUs per server], ...], got {spec!r}")
+    rows = []
+    for i, group in enumerate(spec):
+        if not isinstance(group, (list, tuple)) or len(group) != 3:
+            raise bad(i, "expected [model, servers, GPUs per server]")
+        model, servers, gpus = group
+        if model not in MODEL_NAMES or model == "CPU":
+            raise bad(i, f"unknown GPU model {model!r}; known: {MODEL_NAMES[:-1]}")
+        for name, value, top in (("servers", servers, INT32_MAX), ("GPUs per server", gpus, MAX_GPUS_PER_NODE)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
+                raise bad(i, f"{name} must be an integer in [1, {top}], got {value!r}")
+        rows += [(f"{model.lower()}-{len(rows) + k:04d}", model, gpus, gpus * GROUP_CPU_MILLI_PER_GPU,
+                  gpus * GROUP_MEM_MIB_PER_GPU) for k in range(servers)]
+    return _table(rows)
 
 
 def _int_field(path, line, field, text, minimum=0) -> int:

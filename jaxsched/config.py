@@ -22,8 +22,10 @@ import tomllib
 import typing
 from pathlib import Path
 
+from jaxsched import cluster
 from jaxsched.errors import DataError
 from jaxsched.sim.env import EnvConfig
+from jaxsched.workload.gavel import GavelConfig
 from jaxsched.workload.synthetic import SyntheticConfig
 
 
@@ -35,6 +37,10 @@ from jaxsched.workload.synthetic import SyntheticConfig
 WARMUP_JOBS = 10_800
 MEASURED_JOBS = 3_600
 EPISODE_JOBS = 18_000
+# Gavel's workload (workload.source = "gavel"; configs/gavel.toml says why these): jobs per hour
+# and jobs per episode.
+GAVEL_JOBS_PER_HOUR = 0.8
+GAVEL_EPISODE_JOBS = 2_000
 
 
 def check_positive_ints(obj, names) -> None:
@@ -65,26 +71,43 @@ class ClusterConfig:
     node_list: path of an openb node list CSV; pai_machines: path of pai_machine_spec.csv.
     node_model: a GPU model name (e.g. "V100M32"): instead of the openb mix, ``preset_nodes``
     alike nodes of ``node_gpus`` GPUs of that model, with the CPU and memory of the openb node
-    type of that model and GPU count (``cluster.uniform``; the Philly preset's 64 x 8 GPUs)."""
+    type of that model and GPU count (``cluster.uniform``; the Philly preset's 64 x 8 GPUs).
+    node_groups: a mixed cluster of groups of alike servers, ``[[model, servers, GPUs per
+    server], ...]`` (``cluster.groups``; the Gavel preset's ``[["V100", 36, 1], ["P100", 36,
+    1], ["K80", 36, 1]]``), instead of all of the above."""
 
     preset_nodes: int = 64
     node_list: str = ""
     pai_machines: str = ""
     node_model: str = ""
     node_gpus: int = 8
+    node_groups: tuple = ()
 
     def __post_init__(self):
         if self.node_list and self.pai_machines:
             raise ValueError("ClusterConfig: node_list and pai_machines both given; a cluster comes "
                              "from one source (set the other to \"\")")
         check_positive_ints(self, ("preset_nodes",))
+        if self.node_groups:
+            if self.node_list or self.pai_machines or self.node_model:
+                raise ValueError("ClusterConfig: node_groups and node_list, pai_machines or node_model given; "
+                                 "a cluster comes from one source")
+            groups = tuple(tuple(g) if isinstance(g, list) else g for g in self.node_groups)
+            object.__setattr__(self, "node_groups", groups)  # hashable, as a frozen config should be
+            try:
+                cluster.groups(groups)
+            except DataError as err:
+                raise ValueError(f"ClusterConfig.node_groups: {err.problem}") from None
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkloadConfig:
-    """source: "synthetic" (default, needs no data), "openb" (a pod-list trace) or "philly"
+    """source: "synthetic" (default, needs no data), "openb" (a pod-list trace), "philly"
     (the Microsoft Philly trace, ``trace`` its CSV, ``vcs`` the virtual clusters kept, all
-    when empty; its windows are replayed as openb's are, gang sizes as given).
+    when empty; its windows are replayed as openb's are, gang sizes as given) or "gavel"
+    (Gavel's synthetic workload, ``workload.gavel``: its rate in jobs per hour, jobs per
+    episode, multi-GPU jobs or not; job types run at the speeds of the throughput table
+    ``throughputs``, on a cluster of K80, P100 and V100 GPUs; workload/gavel.py).
 
     For "openb": ``trace`` is the pod list; each episode is a window of ``window_jobs``
     consecutive arrivals, work capped at ``max_work_s``, time-compressed to offered load
@@ -109,6 +132,8 @@ class WorkloadConfig:
     trace_span: tuple = (0.0, 1.0)
     vcs: tuple = ()
     synthetic: SyntheticConfig = SyntheticConfig(num_jobs=EPISODE_JOBS, target_load=0.9)
+    throughputs: str = "../shared/data/gavel/simulation_throughputs.json"
+    gavel: GavelConfig = GavelConfig(jobs_per_hour=GAVEL_JOBS_PER_HOUR, num_jobs=GAVEL_EPISODE_JOBS, multi_gpu=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ The one way through the code from a ``jaxsched.config.Config`` to arrays. ``eval
 ``train``, ``gymnax_env`` and the scripts all call it, so a setting read here means the same
 everywhere::
 
-    nodes = experiment.build_nodes(config)              # NodeTable: node list, PAI machines or preset
+    nodes = experiment.build_nodes(config)              # NodeTable: node list, PAI machines, groups or preset
     ep = experiment.episodes(config, nodes)             # held-out episodes: jobs, params, keys
     ep.jobs                                             # Jobs, every field [E, J]
     env_params, workload = experiment.training_workload(config, train, nodes)
@@ -29,14 +29,18 @@ from jaxsched import config as cfg_lib
 from jaxsched import paths
 from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, Jobs, to_device
-from jaxsched.workload import alibaba, classes, philly, synthetic
+from jaxsched.workload import alibaba, classes, gavel, philly, synthetic
 
 TRACES = ("openb", "philly")  # workload sources replayed from a trace (``load_trace``)
+SOURCES = ("synthetic", *TRACES, "gavel")  # every workload.source
 
 
 def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
-    """The cluster's node table from the config (node list, PAI machines, or a preset)."""
+    """The cluster's node table from the config (node list, PAI machines, groups of alike
+    servers, alike nodes, or a preset)."""
     c = config.cluster
+    if c.node_groups:
+        return cl.groups(c.node_groups)
     if c.node_list:
         return cl.load_openb_nodes(paths.resolve_data_path(c.node_list))
     if c.pai_machines:
@@ -44,6 +48,16 @@ def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
     if c.node_model:
         return cl.uniform(c.preset_nodes, c.node_model, c.node_gpus)
     return cl.preset(c.preset_nodes)
+
+
+def build_cluster(config: cfg_lib.Config, nodes: cl.NodeTable):
+    """The ``Cluster`` (numpy) of ``nodes``: the default per-model speeds, or for
+    ``workload.source = "gavel"`` Gavel's per-job-type speeds (``gavel.type_speeds`` of
+    ``workload.throughputs``)."""
+    if config.workload.source == "gavel":
+        throughputs = gavel.load_throughputs(paths.resolve_data_path(config.workload.throughputs))
+        return cl.to_cluster(nodes, type_speeds=gavel.type_speeds(throughputs, gavel.MODELS))
+    return cl.to_cluster(nodes)
 
 
 def episode_keys(seed: int, num_episodes: int, stream: int):
@@ -88,6 +102,39 @@ def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_w
     return jobs, factors
 
 
+def gavel_episodes(config: cfg_lib.Config, nodes: cl.NodeTable):
+    """([E, J] numpy ``Jobs``, Gavel's throughputs): ``eval.episodes`` draws of Gavel's
+    workload (``workload.gavel``), episode i from ``episode_keys(eval.seed, E, 0)[i]``, as
+    ``gavel.to_jobs`` makes them for the cluster's largest server and ``env.max_span``: a job
+    larger than a server spans servers at Gavel's measured spread speed, so
+    ``env.spread_penalty`` must be 1.0."""
+    w = config.workload
+    w.gavel.validate()
+    if config.env.spread_penalty != 1.0:
+        raise DataError("config", None, "env.spread_penalty",
+                        f"must be 1.0 with workload.source = 'gavel', got {config.env.spread_penalty}: "
+                        "jobs spread over servers already run at Gavel's measured spread throughput")
+    throughputs = gavel.load_throughputs(paths.resolve_data_path(w.throughputs))
+    if len(w.gavel.distributed) != len(throughputs.job_types):
+        raise DataError("config", None, "workload.gavel.distributed",
+                        f"{len(w.gavel.distributed)} values; {throughputs.path} has {len(throughputs.job_types)} job types")
+    keys = episode_keys(config.eval.seed, config.eval.episodes, stream=0)
+    drawn = jax.device_get(jax.vmap(lambda k: gavel.generate(k, w.gavel))(keys))
+    per_episode = [gavel.to_jobs(jax.tree.map(lambda x: x[e], drawn), throughputs, gavel.MODELS,
+                                 gpus_per_node=int(nodes.num_gpus.max()), max_span=config.env.max_span)
+                   for e in range(config.eval.episodes)]
+    return jax.tree.map(lambda *x: np.stack(x), *per_episode), throughputs
+
+
+def gavel_target(config: gavel.GavelConfig) -> classes.TargetWorkload:
+    """FGD's target workload of Gavel's jobs: whole GPUs, 1, 2, 4 and 8 weighted by their
+    probabilities in percent (one GPU alone without multi-GPU jobs)."""
+    sizes, weights = (gavel.SCALE_FACTORS, [round(100 * p) for p in gavel.SCALE_FACTOR_PROBS]) \
+        if config.multi_gpu else ((1,), [1])
+    gpus = np.repeat(sizes, weights)
+    return classes.target_workload(np.zeros(len(gpus)), np.full(len(gpus), 1000), gpus, [""] * len(gpus), coverage=1.0)
+
+
 def with_capacity(syn: synthetic.SyntheticConfig, nodes: cl.NodeTable) -> synthetic.SyntheticConfig:
     """``syn`` with ``cluster_capacity`` filled in from the cluster when a target load needs it."""
     if syn.target_load is not None and syn.cluster_capacity is None:
@@ -99,10 +146,14 @@ def with_load(config: cfg_lib.Config, load: float, nodes: cl.NodeTable) -> cfg_l
     """``config`` with the workload's offered load set to ``load`` by the arrival rate, the
     work distribution kept (as published load sweeps do): synthetic, the mean inter-arrival
     scaled by (its load / ``load``) with the work median the config gives; openb, the trace
-    windows compressed to ``load``. The same episode keys then give the same jobs, arriving
-    faster or slower."""
+    windows compressed to ``load``; gavel, ``jobs_per_hour`` scaled to the nominal load
+    ``load`` (``gavel.offered_load``). The same episode keys then give the same jobs,
+    arriving faster or slower."""
     w = config.workload
-    if w.source == "synthetic":
+    if w.source == "gavel":
+        base = gavel.offered_load(w.gavel, cl.work_capacity(nodes))
+        w = dataclasses.replace(w, gavel=dataclasses.replace(w.gavel, jobs_per_hour=w.gavel.jobs_per_hour * float(load) / base))
+    elif w.source == "synthetic":
         syn = with_capacity(w.synthetic, nodes)
         base = synthetic.expected_offered_load(syn, cl.work_capacity(nodes))
         syn = syn.replace(target_load=None, median_work_s=synthetic.effective_median_work_s(syn),
@@ -116,8 +167,9 @@ def with_load(config: cfg_lib.Config, load: float, nodes: cl.NodeTable) -> cfg_l
 def check_measurement(config: cfg_lib.Config) -> None:
     """The measured jobs must lie inside every episode: a ``DataError`` naming the keys if not."""
     e, w = config.env, config.workload
-    jobs, key = ((w.synthetic.num_jobs, "workload.synthetic.num_jobs") if w.source == "synthetic"
-                 else (w.window_jobs, "workload.window_jobs"))
+    jobs, key = {"synthetic": (w.synthetic.num_jobs, "workload.synthetic.num_jobs"),
+                 "gavel": (w.gavel.num_jobs, "workload.gavel.num_jobs")}.get(
+        w.source, (w.window_jobs, "workload.window_jobs"))
     if e.warmup_jobs + max(e.measured_jobs, 1) > jobs:
         raise DataError("config", None, "env.warmup_jobs",
                         f"warm-up {e.warmup_jobs} + measured {e.measured_jobs} jobs do not fit in "
@@ -156,7 +208,14 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
                 "max_work_s": w.max_work_s, "trace_span": list(w.trace_span),
                 "compress_factor_min": min(factors), "compress_factor_max": max(factors)}
         return to_device(jobs), trace.frag_classes(), info
-    raise DataError("config", None, "workload.source", f"must be one of {('synthetic', *TRACES)}, got {w.source!r}")
+    if w.source == "gavel":
+        jobs, throughputs = gavel_episodes(config, nodes)
+        capacity = cl.work_capacity(nodes)
+        info = {"source": "gavel", "throughputs": throughputs.path, "jobs_per_episode": w.gavel.num_jobs,
+                "jobs_per_hour": w.gavel.jobs_per_hour, "multi_gpu": w.gavel.multi_gpu,
+                "expected_offered_load": gavel.offered_load(w.gavel, capacity)}
+        return to_device(jobs), gavel_target(w.gavel), info
+    raise DataError("config", None, "workload.source", f"must be one of {SOURCES}, got {w.source!r}")
 
 
 class Episodes(NamedTuple):
@@ -172,7 +231,7 @@ class Episodes(NamedTuple):
 def episodes(config: cfg_lib.Config, nodes: cl.NodeTable) -> Episodes:
     """The ``eval.episodes`` episodes of ``config`` on ``nodes``: jobs, env params, step cap, keys."""
     jobs, frag, info = build_workload(config, nodes)
-    params = to_device(EnvParams(cl.to_cluster(nodes), frag))
+    params = to_device(EnvParams(build_cluster(config, nodes), frag))
     max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
     return Episodes(jobs, params, max_steps, episode_keys(config.eval.seed, config.eval.episodes, stream=1), info)
 
@@ -185,6 +244,9 @@ def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
     ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace, compressed to
     ``workload.target_load`` (``training.make_reset`` draws from either)."""
     w = config.workload
+    if w.source == "gavel":
+        raise DataError("config", None, "workload.source", "'gavel' has no training workload yet: "
+                        "learners train on 'synthetic', 'openb' or 'philly'")
     if w.source in TRACES:
         trace = load_trace(w)
         trace.check_schedulable(nodes, strict=w.strict)  # as build_workload: strict refuses
@@ -197,5 +259,5 @@ def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
         workload.validate()
         frag = synthetic_target(workload)
     else:
-        raise DataError("config", None, "workload.source", f"must be one of {('synthetic', *TRACES)}, got {w.source!r}")
-    return to_device(EnvParams(cl.to_cluster(nodes), frag)), workload
+        raise DataError("config", None, "workload.source", f"must be one of {SOURCES}, got {w.source!r}")
+    return to_device(EnvParams(build_cluster(config, nodes), frag)), workload

@@ -196,9 +196,11 @@ def _is_toml_value(text: str) -> bool:
 
 def check_derived(run: RunConfig, derived: dict) -> None:
     """Published flags that follow from the config (``--init_dim`` = 56 x nodes,
-    ``--action_space`` = nodes, ``--scheduler DRR``) must agree with it."""
+    ``--action_space`` = nodes, ``--scheduler DRR``) must agree with it. ``init_dim`` is
+    checked as published (``drr.PUBLISHED_NODE_FEATURES`` x nodes): it names the node count,
+    whatever this project's own feature count (``drr.NODE_FEATURES``)."""
     nodes = len(experiment.build_nodes(run.base))
-    want = {"action_space": nodes, "init_dim": agents.drr.NODE_FEATURES * nodes}
+    want = {"action_space": nodes, "init_dim": agents.drr.PUBLISHED_NODE_FEATURES * nodes}
     for key, value in derived.items():
         if key == "scheduler":
             if value.lower().replace("-", "") != run.agent.kind.replace("-", ""):

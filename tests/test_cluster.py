@@ -89,6 +89,20 @@ def test_preset_rejects_zero_nodes():
         C.preset(0)
 
 
+def test_groups_build_servers_group_after_group_with_cpu_and_memory_per_gpu():
+    t = C.groups([("V100", 2, 1), ["K80", 1, 4]])  # a TOML list works as well as a tuple
+    assert t.names == ("v100-0000", "v100-0001", "k80-0002")
+    assert t.model.tolist() == [C.model_id("V100")] * 2 + [C.model_id("K80")]
+    assert t.num_gpus.tolist() == [1, 1, 4]
+    assert t.cpu_milli.tolist() == [8000, 8000, 32000] and t.mem_mib.tolist() == [32768, 32768, 131072]
+    assert C.work_capacity(t) == 2 * 1.0 + 4 * 0.3  # the K80's default speed
+    for bad, problem in (([("CPU", 1, 1)], "unknown GPU model"), ([("V100", 1, 0)], "GPUs per server"),
+                         ([("V100", True, 1)], "servers"), ([], "expected"), ([("V100", 1)], "expected")):
+        with pytest.raises(DataError, match=problem) as e:
+            C.groups(bad)
+        assert_names(e.value, "cluster", None, "node_groups")
+
+
 def test_to_cluster_pads_nodes_and_gpus():
     t = C.preset(32)
     c = C.to_cluster(t, pad_nodes=40)
@@ -192,7 +206,7 @@ def test_cpu_only_node_gets_cpu_model(tmp_path):
 @pytest.mark.parametrize("body, line, field, problem", [
     ("m0,P100,64,512,2\nm1,T4,x,512,2\n", 2, "cap_cpu", "not a number"),
     ("m0,P100,64,512,2\nm1,T4,64,512,-2\n", 2, "cap_gpu", ">= 0"),
-    ("m0,P100,64,512,2\nm1,K80,64,512,2\n", 2, "gpu_type", "unknown GPU model"),
+    ("m0,P100,64,512,2\nm1,H100,64,512,2\n", 2, "gpu_type", "unknown GPU model"),
 ])
 def test_malformed_pai_machines(tmp_path, body, line, field, problem):
     p = write(tmp_path, "machines.csv", body)

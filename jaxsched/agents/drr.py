@@ -13,8 +13,11 @@ job that fits, the heuristics' choice too); "fgd-window", the job the fgd-window
 would place (``policies.fgd_window``: of the window's jobs on their FGD nodes, the one whose
 placement removes the most fragmentation per GPU milli).
 
-State. ``NODE_FEATURES`` = 56 features per node (``init_dim`` = 56 x nodes), listed in
-``node_features``; ``JOB_FEATURES`` of the job at hand, appended to every node's row.
+State. ``NODE_FEATURES`` = 46 + ``NUM_MODELS`` (57 with the 11 models of
+``cluster.MODEL_NAMES``) features per node, listed in ``features``; ``JOB_FEATURES`` of the
+job at hand, appended to every node's row. DRR's published ``init_dim`` is 56 x nodes (from
+when the project had 10 models); ``PUBLISHED_NODE_FEATURES`` keeps that number, so the
+published flag still names the node count (``train.check_derived``).
 
 Networks (Flax NNX; actor and critic separate, each with its own optax optimiser at
 ``lr_actor`` / ``lr_critic``). The actor embeds every node's row with an MLP; with ``use_attn``
@@ -69,7 +72,6 @@ from jaxsched.workload import synthetic
 
 NAME = "drr"
 GPU_SLOTS = 8  # per-GPU features of the 8 GPUs with most free milli (the openb nodes have <= 8)
-NODE_FEATURES = 56
 JOB_FEATURES = 10
 LOG_FIELDS = ("actor_loss", "critic_loss", "entropy", "beta", "imitation_loss", "teacher_agreement",
               "value_mean", "frag_removed_gpus")
@@ -81,8 +83,10 @@ PANELS = (("critic_loss", "value loss", "critic", "log"), ("entropy", "policy en
 # allocation, which a loaded cluster keeps steadier (docs/drr.md, "Results").
 PAIRED_METRICS = ("frag_rate", "frag_amount", "gpu_alloc", "work_alloc", "jct_mean", "queue_delay_mean")
 NUM_MODELS = len(MODEL_NAMES)
+# Per node (``features``): 8 GPU slots' free milli and room, the model one-hot, 30 more columns.
+NODE_FEATURES = GPU_SLOTS + GPU_SLOTS + NUM_MODELS + 1 + 12 + 5 + 8 + 4
+PUBLISHED_NODE_FEATURES = 56  # DRR's published init_dim / nodes (docs/drr.md)
 JOB_AT_HAND = ("first", "fgd-window")  # DRRConfig.job_at_hand
-assert GPU_SLOTS + GPU_SLOTS + NUM_MODELS + 1 + 12 + 5 + 8 + 4 == NODE_FEATURES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,21 +211,21 @@ def features(obs: Observation, job_at_hand: str = "first") -> Features:
 
     0-7    free milli of the node's GPUs / 1000, most free first (8 slots, 0 past its GPUs)
     8-15   1 where that GPU (same order) has room for the job's per-GPU milli (GPU jobs only)
-    16-25  GPU model, one-hot over ``cluster.MODEL_NAMES``
-    26     the job's model constraint allows this node's model
-    27-30  GPUs on the node, wholly free GPUs, partly used GPUs (each / 8), free GPU milli / 8000
-    31     the node's GPU allocation (1 - free milli / its GPU milli; 0 without GPUs)
-    32-35  free CPU and memory / the node's; CPU and memory capacity / the cluster's largest
-    36-38  GPU speed, a real node, the job fits here now
-    39-42  after placing the job here (as now where it does not fit): free CPU and memory /
+    16-26  GPU model, one-hot over ``cluster.MODEL_NAMES``
+    27     the job's model constraint allows this node's model
+    28-31  GPUs on the node, wholly free GPUs, partly used GPUs (each / 8), free GPU milli / 8000
+    32     the node's GPU allocation (1 - free milli / its GPU milli; 0 without GPUs)
+    33-36  free CPU and memory / the node's; CPU and memory capacity / the cluster's largest
+    37-39  GPU speed, a real node, the job fits here now
+    40-43  after placing the job here (as now where it does not fit): free CPU and memory /
            the node's, free GPU milli / 8000, wholly free GPUs / 8
-    43     log(1 + run time here, s) / 10 (work / speed)
-    44-46  FGD fragmentation F_n / (1000 x GPUs): now, after placing the job here; and the
+    44     log(1 + run time here, s) / 10 (work / speed)
+    45-47  FGD fragmentation F_n / (1000 x GPUs): now, after placing the job here; and the
            fragmentation the placement removes, (before - after) / 1000 (GPUs)
-    47-49  FGD's score / 100; 1 where it ties for FGD's best feasible score; 1 on FGD's choice
-    50     the node's fragmentation rate (F_n / its idle milli)
-    51     per-episode tie-break rank / N
-    52-55  the cluster (same on every node): GPU allocation, fragmentation rate,
+    48-50  FGD's score / 100; 1 where it ties for FGD's best feasible score; 1 on FGD's choice
+    51     the node's fragmentation rate (F_n / its idle milli)
+    52     per-episode tie-break rank / N
+    53-56  the cluster (same on every node): GPU allocation, fragmentation rate,
            log(1 + queue length) / 5, share of nodes where the job fits
     Job features: GPUs / 8, milli per GPU / 1000, CPU and memory / the cluster's largest,
     log(1 + work s) / 10, log(1 + wait s) / 10, fractional, CPU-only, model-constrained,
@@ -275,23 +279,23 @@ def features(obs: Observation, job_at_hand: str = "first") -> Features:
 
     columns = [
         top / GPU_MILLI, room,                                                    # 0-15
-        model, model_ok,                                                          # 16-26
-        f32(c.num_gpus) / 8, whole / 8, partly / 8, free_gpu / (8 * GPU_MILLI),   # 27-30
-        jnp.where(c.num_gpus > 0, 1.0 - free_gpu / per_gpu, 0.0),                 # 31
-        f32(obs.free_cpu) / cpu_cap, f32(obs.free_mem) / mem_cap,                 # 32-35
+        model, model_ok,                                                          # 16-27
+        f32(c.num_gpus) / 8, whole / 8, partly / 8, free_gpu / (8 * GPU_MILLI),   # 28-31
+        jnp.where(c.num_gpus > 0, 1.0 - free_gpu / per_gpu, 0.0),                 # 32
+        f32(obs.free_cpu) / cpu_cap, f32(obs.free_mem) / mem_cap,                 # 33-36
         cpu_cap / cpu_cap.max(), mem_cap / mem_cap.max(),
-        f32(c.speed), c.valid, feasible,                                          # 36-38
-        after(f32(obs.free_cpu), f32(job["cpu_milli"])) / cpu_cap,                # 39-42
+        f32(c.speed), c.valid, feasible,                                          # 37-39
+        after(f32(obs.free_cpu), f32(job["cpu_milli"])) / cpu_cap,                # 40-43
         after(f32(obs.free_mem), f32(job["mem_mib"])) / mem_cap,
         after(free_gpu, taken_gpu) / (8 * GPU_MILLI),
         after(whole, whole_taken) / 8,
-        jnp.log1p(f32(job["work_s"]) / jnp.maximum(f32(c.speed), 1e-3)) / 10.0,   # 43
-        frag_now / per_gpu, (frag_now - removed) / per_gpu, removed / GPU_MILLI,  # 44-46
-        f32(score) / 100.0, ok & (score == top_score),                            # 47-49
+        jnp.log1p(f32(job["work_s"]) / jnp.maximum(f32(c.speed), 1e-3)) / 10.0,   # 44
+        frag_now / per_gpu, (frag_now - removed) / per_gpu, removed / GPU_MILLI,  # 45-47
+        f32(score) / 100.0, ok & (score == top_score),                            # 48-50
         jnp.arange(n_nodes) == choice,
-        frag_now / idle,                                                          # 50
-        f32(obs.node_rank) / n_nodes,                                             # 51
-        cluster_alloc * ones, cluster_frag_rate * ones, queue * ones,             # 52-55
+        frag_now / idle,                                                          # 51
+        f32(obs.node_rank) / n_nodes,                                             # 52
+        cluster_alloc * ones, cluster_frag_rate * ones, queue * ones,             # 53-56
         f32(feasible.sum()) / n_nodes * ones,
     ]
     nodes = jnp.concatenate([f32(x).reshape(n_nodes, -1) for x in columns], -1)

@@ -30,16 +30,26 @@ per job j = 0..J-1:
              ``distributed`` ones above 1); an index into ``JOB_TYPES`` (= ``Throughputs.job_types``)
 Returned as ``GavelJobs`` (arrays of ``num_jobs``, sorted by arrival).
 
-**Into the simulator.** A job's speed depends on its type and its scale factor, so the
-cluster's job types (``Cluster.type_speed``, docs/semantics.md "Job types") are Gavel's
-(job type, scale factor) pairs: row ``type_row(t, s) = t × 4 + index of s in (1, 2, 4, 8)``.
+**Into the simulator.** A job's speed depends on its type, its scale factor and whether it
+runs on one server or spread over several, so the cluster's job types (``Cluster.type_speed``,
+docs/semantics.md "Job types") are Gavel's (job type, scale factor, spread) triples: row
+``type_row(t, s, spread) = 2 × (t × 4 + index of s in (1, 2, 4, 8)) + spread``, 8T rows.
 ``type_speeds(throughputs, models)`` gives ``cluster.to_cluster``'s ``type_speeds`` table,
-``{cluster model: [4T] speeds}``, with ``models`` mapping Gavel's GPU types onto the cluster's
-models (``{"v100": "V100", "p100": "P100"}``; jaxsched has no K80 model yet, so k80 can only
-stand in for another model). ``to_jobs(jobs, throughputs, models, gpus_per_node)`` turns
-``GavelJobs`` into the env's ``Jobs``: whole GPUs, its row as ``job_type``, a model mask of the
-mapped models its type runs on. Only single-node jobs: a job with more GPUs than a node has
-(a gang over servers, later work) is refused with a ``DataError`` counting them.
+``{cluster model: [8T] speeds}``, with ``models`` mapping Gavel's GPU types onto the cluster's
+models (``MODELS``: k80 -> K80, p100 -> P100, v100 -> V100). ``to_jobs(jobs, throughputs,
+models, gpus_per_node, max_span)`` turns ``GavelJobs`` into the env's ``Jobs``: whole GPUs, a
+model mask of the mapped models its row runs on, and its row as ``job_type``, spread exactly
+when the job needs more GPUs than a server has. Such a job runs as a gang over servers (the
+env's ``max_span`` > 1, docs/semantics.md "Gang jobs") at Gavel's measured spread speed (the
+``*_unconsolidated`` throughputs, ``spread_speed``), so the env's ``spread_penalty`` stays 1.0;
+on Gavel's one-GPU servers every multi-GPU job is one. Where Gavel measured a job on one
+server but not spread (the K80's ResNet-50 at batch sizes 64 and 128), ``spread_speed``
+estimates it as its one-server speed times the V100's spread factor for the same type and
+scale factor. Refused with a ``DataError`` that counts them: jobs above ``gpus_per_node ×
+max_span`` GPUs, and jobs whose (type, scale factor) Gavel did not measure. A job that fits
+one server runs at its one-server speed; if the env spreads it anyway (no server has room,
+several together do), ``spread_penalty`` is all that slows it. A gang may mix GPU types and
+then runs at its slowest GPU's speed (docs/semantics.md), where Gavel gives a job one type.
 """
 
 from __future__ import annotations
@@ -304,6 +314,15 @@ def expected_gpus(config: GavelConfig) -> float:
     return float(np.dot(SCALE_FACTORS, SCALE_FACTOR_PROBS))
 
 
+def offered_load(config: GavelConfig, capacity: float) -> float:
+    """The nominal offered load rho of ``config`` on a cluster of work capacity ``capacity``
+    (``cluster.work_capacity``, in V100 GPUs): GPU work arriving per second, jobs_per_hour /
+    3600 x E[work_s] x E[num_gpus], over it. Nominal: it counts a job's work at its V100
+    speed on one server, while Gavel's jobs run slower on most other GPUs and spread over
+    servers, so the GPU time they take is larger (docs/workloads.md, "Gavel")."""
+    return config.jobs_per_hour / 3600.0 * expected_work_s() * expected_gpus(config) / capacity
+
+
 def generate(key: jax.Array, config: GavelConfig) -> GavelJobs:
     """Draw one workload from ``key`` (see the module docstring). Pure and traceable:
     ``jax.jit(generate, static_argnums=1)``, ``jax.vmap(lambda k: generate(k, cfg))(keys)``.
@@ -339,24 +358,40 @@ def generate(key: jax.Array, config: GavelConfig) -> GavelJobs:
 
 # ---------------------------------------------------------------------------- into the simulator
 
+MODELS = {"k80": "K80", "p100": "P100", "v100": "V100"}  # Gavel's GPU types as cluster models
 PLACEHOLDER_SPEED = 1.0  # type_speeds' entry where a row cannot run (0) or was not measured (NaN)
 
 
-def type_row(job_type, num_gpus):
+def type_row(job_type, num_gpus, spread=False):
     """Row of ``type_speeds`` (the env's ``Jobs.job_type``) of Gavel job type ``job_type`` at
-    scale factor ``num_gpus`` (1, 2, 4 or 8): ``job_type * 4 + SCALE_FACTORS.index(num_gpus)``.
-    Works on ints and arrays; a scale factor outside 1, 2, 4, 8 gives -1."""
+    scale factor ``num_gpus`` (1, 2, 4 or 8), on one server (``spread`` False) or spread over
+    servers: ``2 * (job_type * 4 + SCALE_FACTORS.index(num_gpus)) + spread``. Works on ints and
+    arrays; a scale factor outside 1, 2, 4, 8 gives -1."""
     num_gpus = np.asarray(num_gpus)
     index = np.select([num_gpus == s for s in SCALE_FACTORS], np.arange(len(SCALE_FACTORS)), -1)
-    return np.where(index >= 0, np.asarray(job_type) * len(SCALE_FACTORS) + index, -1)
+    row = 2 * (np.asarray(job_type) * len(SCALE_FACTORS) + index) + np.asarray(spread, np.int64)
+    return np.where(index >= 0, row, -1)
+
+
+def spread_speed(throughputs: Throughputs, scale_factor: int) -> np.ndarray:
+    """[T, G] float64: the speed of a job spread over servers, ``throughputs.speed(s,
+    consolidated=False)``, where Gavel did not measure it (NaN) but did measure the job on
+    one server: that speed times the reference GPU's spread factor for the same type and
+    scale factor (``speed(s, False) / speed(s)`` on the V100). In Gavel's file this fills
+    the K80's ResNet-50 at batch sizes 64 and 128 on 2, 4 and 8 GPUs (those at 128 are 0 on
+    one server, so they stay 0: the job cannot run there). NaN where neither is measured."""
+    ref = throughputs.gpu_types.index(throughputs.reference)
+    alone, spread = throughputs.speed(scale_factor), throughputs.speed(scale_factor, consolidated=False)
+    estimate = alone * spread[:, ref, None]  # V100's consolidated speed is 1.0
+    return np.where(np.isnan(spread), estimate, spread)
 
 
 def _measured_speeds(throughputs: Throughputs, models: dict) -> dict:
-    """{cluster model: [4T] float64} of each mapped Gavel GPU type (NaN: not measured; 0: the
+    """{cluster model: [8T] float64} of each mapped Gavel GPU type (NaN: not measured; 0: the
     job cannot run there), rows by ``type_row``; ``models`` checked."""
     if not isinstance(models, dict) or not models:
         raise DataError("gavel", None, "models", "expected {Gavel GPU type: cluster model name}, e.g. "
-                        "{'v100': 'V100', 'p100': 'P100'}")
+                        f"{MODELS}")
     out = {}
     for gpu, model in models.items():
         if gpu not in throughputs.gpu_types:
@@ -367,31 +402,40 @@ def _measured_speeds(throughputs: Throughputs, models: dict) -> dict:
         if model in out:
             raise DataError("gavel", None, "models", f"two Gavel GPU types map onto {model!r}")
         g = throughputs.gpu_types.index(gpu)
-        out[model] = np.stack([throughputs.speed(s)[:, g] for s in SCALE_FACTORS], axis=1).reshape(-1)
+        rows = [(throughputs.speed(s)[:, g], spread_speed(throughputs, s)[:, g]) for s in SCALE_FACTORS]
+        out[model] = np.asarray(rows).transpose(2, 0, 1).reshape(-1)  # [T, S, spread] in type_row order
     return out
 
 
-def type_speeds(throughputs: Throughputs, models: dict) -> dict:
-    """``cluster.to_cluster``'s ``type_speeds``: {cluster model: [4T] speeds}, row ``type_row(t,
-    s)`` = type t's throughput at scale factor s on that GPU over the V100's (consolidated: one
-    server). ``models`` maps Gavel GPU types onto cluster models. Where a row cannot run (0) or
-    was not measured (NaN) the entry is ``PLACEHOLDER_SPEED``, never used: ``to_jobs`` keeps a
-    job off models where its row is 0 and refuses unmeasured rows."""
+def type_speeds(throughputs: Throughputs, models: dict = MODELS) -> dict:
+    """``cluster.to_cluster``'s ``type_speeds``: {cluster model: [8T] speeds}, row ``type_row(t,
+    s, spread)`` = type t's throughput at scale factor s on that GPU over the V100's on one
+    server, on one server (``speed(s)``) or spread over servers (``spread_speed``). ``models``
+    maps Gavel GPU types onto cluster models. Where a row cannot run (0) or was not measured
+    (NaN) the entry is ``PLACEHOLDER_SPEED``, never used: ``to_jobs`` keeps a job off models
+    where its row is 0 and refuses unmeasured rows."""
     speeds = _measured_speeds(throughputs, models)
     return {m: np.where(np.isfinite(v) & (v > 0), v, PLACEHOLDER_SPEED) for m, v in speeds.items()}
 
 
 def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_node: int,
-            cpu_milli_per_gpu: int = 0, mem_mib_per_gpu: int = 0, pad_to: int | None = None) -> Jobs:
-    """The env's ``Jobs`` (numpy) of Gavel jobs on a cluster built with ``type_speeds(throughputs,
-    models)``: ``num_gpus`` whole GPUs, ``work_s`` as drawn (seconds on V100s), ``job_type`` =
-    ``type_row``, a model mask of the mapped models where the row's speed is > 0, CPU and memory
-    per GPU as given (Gavel models GPUs only: default 0).
+            max_span: int = 1, cpu_milli_per_gpu: int = 0, mem_mib_per_gpu: int = 0,
+            pad_to: int | None = None) -> Jobs:
+    """The env's ``Jobs`` (numpy) of Gavel jobs on a cluster of ``gpus_per_node``-GPU servers
+    built with ``type_speeds(throughputs, models)``: ``num_gpus`` whole GPUs, ``work_s`` as
+    drawn (seconds on V100s), CPU and memory per GPU as given (Gavel models GPUs only: default
+    0), a model mask of the mapped models where its row's speed is > 0, and as ``job_type``
+    its row ``type_row(t, s, spread)`` with ``spread`` = ``num_gpus > gpus_per_node``: a job
+    larger than a server always spans servers (a gang, ``env.max_span`` > 1), so it runs at
+    Gavel's speed spread over servers (``spread_speed``), and the env's ``spread_penalty``
+    should be 1.0 (else it multiplies a measured factor). A job that fits one server runs at
+    its speed there.
 
     ``DataError`` (field ``num_gpus`` or ``job_type``, naming the first job and how many): a
-    job needing more than ``gpus_per_node`` GPUs (multi-server gangs are not supported yet;
-    generate with ``multi_gpu=False`` or with servers of 8 GPUs), a job type outside the table,
-    a (type, scale factor) not measured, or one that runs on none of the mapped models."""
+    job needing more than ``gpus_per_node * max_span`` GPUs, a job type outside the table, a
+    (type, scale factor) not measured, or one that runs on none of the mapped models."""
+    if isinstance(max_span, bool) or not isinstance(max_span, (int, np.integer)) or max_span < 1:
+        raise DataError("gavel jobs", None, "max_span", f"must be an integer >= 1, got {max_span!r}")
     speeds = _measured_speeds(throughputs, models)
     num_gpus = np.asarray(jobs.num_gpus)
     kind = np.asarray(jobs.job_type)
@@ -401,11 +445,11 @@ def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_no
         raise DataError("gavel jobs", None, field, f"{int(bad.sum())} of {len(bad)} jobs {problem} "
                         f"(the first: job {j}, type {kind[j]}, {num_gpus[j]} GPUs)")
 
-    too_big = num_gpus > gpus_per_node
+    too_big = num_gpus > gpus_per_node * max_span
     if too_big.any():
-        refuse("num_gpus", too_big, f"need more than the {gpus_per_node} GPUs of one node: gangs "
-               "spanning servers are not supported yet")
-    row = type_row(kind, num_gpus)
+        refuse("num_gpus", too_big, f"need more than the {gpus_per_node * max_span} GPUs of {max_span} "
+               f"server(s) of {gpus_per_node} (max_span: the most servers a job may span)")
+    row = type_row(kind, num_gpus, spread=num_gpus > gpus_per_node)
     outside = (kind < 0) | (kind >= len(throughputs.job_types)) | (row < 0)
     if outside.any():
         refuse("job_type", outside, f"have a job type outside 0..{len(throughputs.job_types) - 1} "
@@ -421,4 +465,4 @@ def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_no
         np.asarray(jobs.arrival_s), np.asarray(jobs.work_s), num_gpus, np.full(len(num_gpus), GPU_MILLI),
         num_gpus * cpu_milli_per_gpu, num_gpus * mem_mib_per_gpu,
         model_mask=mask.astype(np.uint32).astype(np.int32), pad_to=pad_to,
-        job_type=row, num_types=len(throughputs.job_types) * len(SCALE_FACTORS))
+        job_type=row, num_types=2 * len(throughputs.job_types) * len(SCALE_FACTORS))

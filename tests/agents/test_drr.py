@@ -39,22 +39,22 @@ def test_features_size_and_contents_on_a_hand_made_state():
     obs = _obs()
     feat = jax.jit(drr.features)(obs)
     nodes = np.asarray(feat.nodes)
-    assert nodes.shape == (states.N_NODES, drr.NODE_FEATURES) == (4, 56)
+    assert nodes.shape == (states.N_NODES, drr.NODE_FEATURES) == (4, 57)
     assert np.asarray(feat.job).shape == (drr.JOB_FEATURES,)
     np.testing.assert_allclose(nodes[0, 0:8], [1, 1, 1, 1, 1, 1, 0.6, 0.3])  # free milli, most free first
     np.testing.assert_array_equal(nodes[0, 8:16], [1, 1, 1, 1, 1, 1, 1, 0])  # room for 500 milli
     np.testing.assert_array_equal(nodes[2, 8:16], [1, 0, 0, 0, 0, 0, 0, 0])
     model = 16 + int(obs.cluster.gpu_model[0])
-    assert nodes[0, model] == 1 and nodes[0, 16:26].sum() == 1
-    np.testing.assert_allclose(nodes[:, 27], [1, 1, 0.25, 0.125])  # GPUs / 8
-    np.testing.assert_allclose(nodes[0, 28:31], [6 / 8, 2 / 8, 6.9 / 8])  # whole, partly used, free milli
+    assert nodes[0, model] == 1 and nodes[0, 16:16 + drr.NUM_MODELS].sum() == 1 and drr.NUM_MODELS == 11
+    np.testing.assert_allclose(nodes[:, 28], [1, 1, 0.25, 0.125])  # GPUs / 8
+    np.testing.assert_allclose(nodes[0, 29:32], [6 / 8, 2 / 8, 6.9 / 8])  # whole, partly used, free milli
     feasible = np.asarray(obs.place_mask[0])
-    np.testing.assert_array_equal(nodes[:, 38], feasible)
+    np.testing.assert_array_equal(nodes[:, 39], feasible)
     assert feasible.tolist() == [True, True, True, False]
-    np.testing.assert_allclose(nodes[0, 39], (90000 - 4000) / 96000, rtol=1e-6)  # CPU after placing
-    np.testing.assert_allclose(nodes[3, 39], 8000 / 8000)  # does not fit: as now
+    np.testing.assert_allclose(nodes[0, 40], (90000 - 4000) / 96000, rtol=1e-6)  # CPU after placing
+    np.testing.assert_allclose(nodes[3, 40], 8000 / 8000)  # does not fit: as now
     # A fractional job takes a wholly free GPU only where no partly used GPU has room.
-    np.testing.assert_allclose(nodes[:3, 42], [6 / 8, 7 / 8, 0 / 8])
+    np.testing.assert_allclose(nodes[:3, 43], [6 / 8, 7 / 8, 0 / 8])
     # The fragmentation a placement removes: F_n now minus F_n with the job on the node's best GPU.
     c = obs.cluster
     for n in range(3):
@@ -68,13 +68,13 @@ def test_features_size_and_contents_on_a_hand_made_state():
             cpu[n] -= 4000
             after = frag.node_frag(jnp.asarray(free), jnp.asarray(cpu), c.gpu_model, CLASSES)[n]
             best = max(best, float(obs.frag_node[n] - after))
-        np.testing.assert_allclose(nodes[n, 46], best / GPU_MILLI, atol=2e-3)
-        np.testing.assert_allclose(nodes[n, 44] - nodes[n, 45], best / (GPU_MILLI * int(c.num_gpus[n])), atol=2e-3)
+        np.testing.assert_allclose(nodes[n, 47], best / GPU_MILLI, atol=2e-3)
+        np.testing.assert_allclose(nodes[n, 45] - nodes[n, 46], best / (GPU_MILLI * int(c.num_gpus[n])), atol=2e-3)
     # FGD's choice is the node the fgd policy picks.
-    assert nodes[:, 49].tolist() == [float(i == int(fgd(None, obs, None))) for i in range(4)]
+    assert nodes[:, 50].tolist() == [float(i == int(fgd(None, obs, None))) for i in range(4)]
     assert int(feat.fgd_choice) == int(fgd(None, obs, None))
-    np.testing.assert_allclose(nodes[:, 51], [3 / 4, 2 / 4, 1 / 4, 0])  # rank / N
-    np.testing.assert_allclose(nodes[:, 55], 3 / 4)  # share of nodes where the job fits
+    np.testing.assert_allclose(nodes[:, 52], [3 / 4, 2 / 4, 1 / 4, 0])  # rank / N
+    np.testing.assert_allclose(nodes[:, 56], 3 / 4)  # share of nodes where the job fits
     job = np.asarray(feat.job)
     np.testing.assert_allclose(job[[0, 1, 6, 7]], [1 / 8, 0.5, 1, 0])  # GPUs, milli, fractional, CPU-only
 

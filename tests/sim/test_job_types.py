@@ -30,7 +30,7 @@ from tests.strategies import PAD_JOBS as STRATEGY_JOBS, PAD_NODES as STRATEGY_NO
 
 GAVEL_JSON = Path(__file__).resolve().parents[2].parent / "shared/data/gavel/simulation_throughputs.json"
 needs_gavel = pytest.mark.skipif(not GAVEL_JSON.exists(), reason=f"no {GAVEL_JSON}")
-GAVEL_MODELS = {"k80": "T4", "p100": "P100", "v100": "V100"}  # jaxsched has no K80: T4 stands in
+GAVEL_MODELS = {"k80": "K80", "p100": "P100", "v100": "V100"}
 
 
 def type_table() -> dict:
@@ -208,7 +208,7 @@ def test_gavel_jobs_run_as_much_longer_on_k80_as_the_table_says():
     drawn = gavel.GavelJobs(arrival_s=np.arange(6, dtype=np.float32) * 10, work_s=np.full(6, 3600.0, np.float32),
                             num_gpus=gpus, job_type=kinds)
     jobs = gavel.to_jobs(drawn, thr, GAVEL_MODELS, gpus_per_node=4, pad_to=PAD_JOBS)
-    table = cl._table([("k80", "T4", 4, 8000, 8192), ("v100", "V100", 4, 8000, 8192)])
+    table = cl._table([("k80", "K80", 4, 8000, 8192), ("v100", "V100", 4, 8000, 8192)])
     cluster = cl.to_cluster(table, pad_nodes=PAD_NODES, max_gpus=MAX_GPUS,
                             type_speeds=gavel.type_speeds(thr, GAVEL_MODELS))
     cl.check_job_types(cluster, jobs)
@@ -230,7 +230,7 @@ def test_gavel_to_jobs_keeps_jobs_off_gpus_where_their_type_cannot_run_and_refus
     drawn = gavel.GavelJobs(np.zeros(3, np.float32), np.ones(3, np.float32), np.array([1, 2, 8], np.int32),
                             np.full(3, r50, np.int32))
     jobs = gavel.to_jobs(drawn, thr, GAVEL_MODELS, gpus_per_node=8)
-    assert list(jobs.model_mask) == [cl.model_mask(["T4", "P100", "V100"])] + [cl.model_mask(["P100", "V100"])] * 2
+    assert list(jobs.model_mask) == [cl.model_mask(["K80", "P100", "V100"])] + [cl.model_mask(["P100", "V100"])] * 2
     assert list(jobs.job_type) == [gavel.type_row(r50, 1), gavel.type_row(r50, 2), gavel.type_row(r50, 8)]
     with pytest.raises(DataError, match=r"num_gpus.*1 of 3 jobs need more than the 4 GPUs.*job 2"):
         gavel.to_jobs(drawn, thr, GAVEL_MODELS, gpus_per_node=4)
@@ -240,21 +240,22 @@ def test_gavel_to_jobs_keeps_jobs_off_gpus_where_their_type_cannot_run_and_refus
     with pytest.raises(DataError, match="unknown Gavel GPU type 'a100'"):
         gavel.to_jobs(drawn, thr, {"a100": "V100"}, 8)
     speeds = gavel.type_speeds(thr, GAVEL_MODELS)
-    assert speeds["T4"][gavel.type_row(r50, 2)] == gavel.PLACEHOLDER_SPEED
-    assert len(speeds["V100"]) == len(thr.job_types) * 4 and (speeds["V100"] == 1.0).all()
+    assert speeds["K80"][gavel.type_row(r50, 2)] == gavel.PLACEHOLDER_SPEED
+    one_server = gavel.type_row(np.arange(len(thr.job_types))[:, None], np.asarray(gavel.SCALE_FACTORS)[None, :])
+    assert len(speeds["V100"]) == len(thr.job_types) * 8 and (speeds["V100"][one_server] == 1.0).all()
 
 
 @needs_gavel
 def test_gavel_workload_end_to_end_matches_reference():
-    """A generated multi-GPU Gavel workload (its jobs of <= 4 GPUs) on 4-GPU servers of K80
-    (as T4), P100 and V100: both simulators place and time every job alike."""
+    """A generated multi-GPU Gavel workload (its jobs of <= 4 GPUs) on 4-GPU servers of K80,
+    P100 and V100: both simulators place and time every job alike."""
     thr = gavel.load_throughputs(GAVEL_JSON)
     drawn = gavel.generate(jax.random.key(3), gavel.GavelConfig(jobs_per_hour=40.0, num_jobs=12, multi_gpu=True))
     keep = np.flatnonzero(np.asarray(drawn.num_gpus) <= 4)[:PAD_JOBS]
     drawn = gavel.GavelJobs(*(np.asarray(x)[keep] for x in drawn))
     jobs = gavel.to_jobs(drawn, thr, GAVEL_MODELS, gpus_per_node=4, pad_to=PAD_JOBS)
     assert len(set(jobs.job_type[jobs.valid])) >= 3 and (drawn.num_gpus > 1).any()
-    table = cl._table([(f"n{i}", m, 4, 8000, 8192) for i, m in enumerate(["T4", "P100", "V100"])])
+    table = cl._table([(f"n{i}", m, 4, 8000, 8192) for i, m in enumerate(["K80", "P100", "V100"])])
     cluster = cl.to_cluster(table, max_gpus=MAX_GPUS, type_speeds=gavel.type_speeds(thr, GAVEL_MODELS))
     state, ref, _ = run_first_fit(cluster, jobs)  # compares every job's record
     assert (ref["outcome"][: len(keep)] == 1).all()
@@ -271,7 +272,7 @@ def test_bad_type_speeds_are_refused_naming_the_model():
                        ({"T4": [0.5, 0], "V100": [1, 1]}, "'T4'.*job type 1: speed must be a finite number > 0"),
                        ({"T4": [0.5, np.nan], "V100": [1, 1]}, "'T4'.*job type 1"),
                        ({"T4": [], "V100": []}, "'T4'.*one per job type"),
-                       ({"K80": [1], "T4": [1], "V100": [1]}, "'K80'.*unknown GPU model"),
+                       ({"H100": [1], "T4": [1], "V100": [1]}, "'H100'.*unknown GPU model"),
                        ({}, "non-empty")):
         with pytest.raises(DataError, match=match):
             cl.to_cluster(table, type_speeds=bad)

@@ -6,12 +6,19 @@ import dataclasses
 import json
 import math
 
+from pathlib import Path
+
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
-from jaxsched import paths
+from jaxsched import cluster as C
+from jaxsched import config as cfg_lib
+from jaxsched import evaluate as ev
+from jaxsched import experiment, paths
 from jaxsched.errors import DataError
+from jaxsched.types import EnvParams, to_device
 from jaxsched.workload import gavel as G
 from tests.assertions import assert_names
 
@@ -93,7 +100,7 @@ def broken(change):
      "not a number"),
     (broken(lambda o: o["k80"][key("B", 1)].__setitem__("null", -1.0)), None, f"k80 / {key('B', 1)} / null",
      ">= 0"),
-    (broken(lambda o: o["v100"][key("B", 1)].__setitem__("null", 0)), None, f"v100 / ('B', 1) / null",
+    (broken(lambda o: o["v100"][key("B", 1)].__setitem__("null", 0)), None, "v100 / ('B', 1) / null",
      "0 steps/s on the reference GPU"),
     (broken(lambda o: o["v100"].__setitem__(key("C", 2), alone(1.0))), None, "v100 / ('C', 2)",
      "no scale factor 1"),
@@ -248,3 +255,232 @@ def test_the_types_of_a_loaded_table_drive_the_generator(tmp_path):
     jobs = host(gen(jax.random.key(2), G.GavelConfig(1.0, 400, True, tp.distributed)))
     assert set(np.unique(jobs.job_type)) == {0, 1}
     assert (jobs.job_type[jobs.num_gpus > 1] == 0).all()  # B is not distributed
+
+
+# ================================================================ into the simulator
+
+def drawn(job_type, num_gpus):
+    """``GavelJobs`` of the given types and scale factors, one an hour, an hour of work each."""
+    n = len(job_type)
+    return G.GavelJobs(arrival_s=np.arange(n, dtype=np.float32) * 3600, work_s=np.full(n, 3600.0, np.float32),
+                       num_gpus=np.asarray(num_gpus, np.int32), job_type=np.asarray(job_type, np.int32))
+
+
+def test_type_rows_pair_each_scale_factor_on_one_server_with_spread():
+    assert G.type_row(0, 1) == 0 and G.type_row(0, 1, spread=True) == 1
+    assert G.type_row(0, 8, True) == 7 and G.type_row(1, 1) == 8 and G.type_row(1, 2, True) == 11
+    assert G.type_row(3, [1, 2, 3], [False, True, True]).tolist() == [24, 27, -1]
+    rows = G.type_row(np.arange(26)[:, None, None], np.asarray(G.SCALE_FACTORS)[None, :, None],
+                      np.array([False, True])[None, None, :])
+    assert sorted(rows.ravel().tolist()) == list(range(26 * 8))  # one row each, none skipped
+
+
+def test_jobs_larger_than_a_server_span_servers_at_gavels_spread_speed(tmp_path):
+    """On one-GPU servers a 2-GPU job of type A takes A's spread row: 12/16 on the V100 (its
+    unconsolidated over its consolidated throughput), on the P100 (not measured spread) its
+    one-server speed 8/16 times the V100's spread factor 12/16, and the K80 (0 steps/s) is
+    off its model mask. On 2-GPU servers the same job fits one server: its consolidated row."""
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    speeds = G.type_speeds(tp, G.MODELS)
+    assert len(speeds["V100"]) == 2 * 8  # 2 types x 4 scale factors x {one server, spread}
+    spread_a2 = G.type_row(0, 2, spread=True)
+    assert speeds["V100"][spread_a2] == 12 / 16 and speeds["P100"][spread_a2] == (8 / 16) * (12 / 16)
+    assert speeds["K80"][spread_a2] == G.PLACEHOLDER_SPEED  # 0: never used, the mask keeps it off
+    assert speeds["P100"][G.type_row(0, 2)] == 8 / 16 and speeds["V100"][G.type_row(0, 2)] == 1.0
+    np.testing.assert_array_equal(G.spread_speed(tp, 2)[0], [0.0, 0.375, 0.75])
+
+    jobs = G.to_jobs(drawn([0, 0, 1], [1, 2, 1]), tp, G.MODELS, gpus_per_node=1, max_span=2)
+    assert jobs.job_type.tolist() == [G.type_row(0, 1), spread_a2, G.type_row(1, 1)]
+    assert jobs.num_gpu.tolist() == [1, 2, 1] and (jobs.gpu_milli == 1000).all()
+    assert jobs.model_mask[1] == C.model_mask(["P100", "V100"])
+    assert jobs.model_mask[0] == C.model_mask(["K80", "P100", "V100"])
+    on_two = G.to_jobs(drawn([0, 0, 1], [1, 2, 1]), tp, G.MODELS, gpus_per_node=2)
+    assert on_two.job_type.tolist() == [G.type_row(0, 1), G.type_row(0, 2), G.type_row(1, 1)]
+    assert on_two.model_mask[1] == C.model_mask(["P100", "V100"])  # 0 on the K80 at 2 GPUs either way
+
+
+@pytest.mark.parametrize("kwargs, job, field, problem", [
+    (dict(gpus_per_node=1), drawn([0, 0], [1, 2]), "num_gpus",
+     r"1 of 2 jobs need more than the 1 GPUs of 1 server\(s\) of 1.*job 1, type 0, 2 GPUs"),
+    (dict(gpus_per_node=1, max_span=4), drawn([0, 0], [1, 8]), "num_gpus", "more than the 4 GPUs of 4 server"),
+    (dict(gpus_per_node=1, max_span=0), drawn([0], [1]), "max_span", "integer >= 1"),
+    (dict(gpus_per_node=1, max_span=2.0), drawn([0], [1]), "max_span", "integer >= 1"),
+    # A at 4 GPUs is measured on one server only, on no GPU spread: nothing to estimate from
+    (dict(gpus_per_node=1, max_span=4), drawn([0, 0], [4, 4]), "job_type", "2 of 2 jobs .* did not measure"),
+    (dict(gpus_per_node=1, max_span=2), drawn([1], [2]), "job_type", "did not measure"),  # B is not distributed
+])
+def test_jobs_the_cluster_cannot_run_are_refused_naming_the_field(tmp_path, kwargs, job, field, problem):
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    with pytest.raises(DataError, match=problem) as e:
+        G.to_jobs(job, tp, G.MODELS, **kwargs)
+    assert_names(e.value, "gavel jobs", None, field)
+    G.to_jobs(drawn([0, 0], [4, 4]), tp, G.MODELS, gpus_per_node=4)  # on one server A at 4 GPUs is measured
+
+
+def test_real_spread_speeds_are_measured_or_estimated_from_the_v100(gavel_json):
+    """Every distributed type has a spread speed on every GPU type at 2, 4 and 8 GPUs: Gavel's
+    measured one, except the K80's ResNet-50 at batch sizes 64 and 128, estimated from the
+    V100's spread factor (and 0 at 128, where the K80 cannot run it on one server either)."""
+    tp = G.load_throughputs(gavel_json)
+    dist = np.asarray(tp.distributed)
+    for s in (2, 4, 8):
+        spread, measured = G.spread_speed(tp, s), tp.speed(s, consolidated=False)
+        assert np.isfinite(spread[dist]).all() and np.isnan(spread[~dist]).all()
+        estimated = np.isnan(measured) & np.isfinite(spread)
+        names = {tp.job_types[t] for t in np.flatnonzero(estimated.any(axis=1))}
+        assert names == {"ResNet-50 (batch size 64)", "ResNet-50 (batch size 128)"}
+        assert (np.flatnonzero(estimated.any(axis=0)) == [0]).all()  # K80 only
+        r64, r128 = tp.job_types.index("ResNet-50 (batch size 64)"), tp.job_types.index("ResNet-50 (batch size 128)")
+        assert spread[r64, 0] == pytest.approx(tp.speed(s)[r64, 0] * measured[r64, 2])
+        assert spread[r128, 0] == 0.0
+
+
+# ================================================================ the preset (configs/gavel.toml)
+
+PRESET = Path(__file__).parents[2] / "configs" / "gavel.toml"
+
+
+def preset(*overrides, throughputs=None):
+    """configs/gavel.toml with ``overrides`` (and the throughputs found here, when given)."""
+    where = [f'workload.throughputs="{throughputs}"'] if throughputs else []
+    return cfg_lib.load(PRESET, [*where, *overrides])
+
+
+def test_a_job_runs_as_much_longer_on_a_k80_as_gavels_table_says(gavel_json):
+    """Hand-picked job types through the preset's path (its config, cluster and first-fit
+    rollout) on 2 K80 and 2 V100 one-GPU servers: each type's run time on a K80 over its run
+    time on a V100 is the V100's throughput over the K80's, read from the JSON itself. At t=0
+    ResNet-18 (batch size 256: the K80's worst) and Recommendation (batch size 1024: faster on
+    the K80) take one GPU each of both types; at 1e6 s Transformer and A3C do; at 2e6 s two
+    2-GPU LM jobs span the two K80s and the two V100s, at Gavel's spread-over-servers speed."""
+    config = preset('cluster.node_groups=[["K80", 2, 1], ["V100", 2, 1]]', "env.tie_break=identity",
+                    "env.warmup_jobs=0", "env.measured_jobs=0", "eval.episodes=1", "eval.batch_size=1",
+                    throughputs=gavel_json)
+    nodes = experiment.build_nodes(config)
+    assert [C.MODEL_NAMES[m] for m in nodes.model] == ["K80", "K80", "V100", "V100"]
+    tp = G.load_throughputs(gavel_json)
+    picks = [("ResNet-18 (batch size 256)", 1), ("Recommendation (batch size 1024)", 1),
+             ("Transformer (batch size 16)", 1), ("A3C", 1), ("LM (batch size 80)", 2)]
+    order = [0, 1, 0, 1, 2, 3, 2, 3, 4, 4]  # by arrival; each pair's first lands on a K80
+    arrival = np.array([0, 0, 0, 0, 1e6, 1e6, 1e6, 1e6, 2e6, 2e6], np.float32)
+    jobs = G.to_jobs(G.GavelJobs(arrival, np.full(10, 3600.0, np.float32),
+                                 np.array([picks[i][1] for i in order], np.int32),
+                                 np.array([tp.job_types.index(picks[i][0]) for i in order], np.int32)),
+                     tp, G.MODELS, gpus_per_node=1, max_span=config.env.max_span)
+    params = to_device(EnvParams(experiment.build_cluster(config, nodes), experiment.gavel_target(config.workload.gavel)))
+    batch = jax.tree.map(lambda x: x[None], to_device(jobs))
+    _, rec = ev.run_scheduler("first-fit", config, params, batch, experiment.episode_keys(0, 1, 1), 100)
+    node, run_s = rec["node"][0], (rec["end_s"] - rec["start_s"])[0]
+    assert (rec["outcome"][0] == 1).all()
+    assert node.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 2] and rec["span_node"][0, 8:, 0].tolist() == [1, 3]
+
+    raw = json.loads(gavel_json.read_text())
+    for name, gpus in picks:
+        k80, v100 = [j for j in range(10) if picks[order[j]][0] == name]
+        suffix = "" if gpus == 1 else "_unconsolidated"  # 2 GPUs on one-GPU servers: spread
+        steps = {gpu: raw[gpu + suffix][key(name, gpus)]["null"] for gpu in ("k80", "v100")}
+        assert run_s[k80] / run_s[v100] == pytest.approx(steps["v100"] / steps["k80"], rel=1e-5), name
+        one_server_v100 = raw["v100"][key(name, gpus)]["null"]
+        assert run_s[v100] == pytest.approx(3600.0 * one_server_v100 / steps["v100"], rel=1e-5), name
+    assert run_s[0] / run_s[2] > 10 and run_s[1] < run_s[3]  # ResNet-18 11.6x slower, Recommendation faster
+
+
+def test_fifo_runs_gavels_multi_gpu_workload_end_to_end_spanning_servers(gavel_json, tmp_path):
+    """``python -m jaxsched evaluate --config configs/gavel.toml`` (in-process), shrunk to two
+    episodes of 300 jobs: FIFO (first-fit) places every job, each job of k > 1 GPUs on k
+    one-GPU servers, holding one GPU on each."""
+    assert ev.main(["--config", str(PRESET), "--set", f'workload.throughputs="{gavel_json}"',
+                    "--set", "workload.gavel.num_jobs=300", "--set", "env.warmup_jobs=50",
+                    "--set", "env.measured_jobs=150", "--set", "eval.batch_size=2", "--episodes", "2",
+                    "--schedulers", "first-fit", "--out", str(tmp_path), "--per-job", "--no-plots", "--quiet"]) == 0
+    jobs = pd.read_csv(tmp_path / "per_job.csv")
+    assert len(jobs) == 600 and (jobs.loc[jobs["measured"], "outcome"] == "placed").all()
+    placed = jobs[jobs["outcome"] == "placed"]  # the episode ends when the measured jobs are done
+    multi = placed[placed["num_gpu"] > 1]
+    assert set(multi["num_gpu"]) == {2, 4, 8}
+    assert (multi["num_nodes"] == multi["num_gpu"]).all() and (placed.loc[placed["num_gpu"] == 1, "num_nodes"] == 1).all()
+    summary = pd.read_csv(tmp_path / "per_episode.csv")
+    assert (summary["measured_finished"] == 150).all() and (summary["failed"] == 0).all()
+    assert (summary["jct_mean_2to8"] > 0).all()  # multi-GPU jobs among the measured, finished
+
+
+@pytest.mark.parametrize("override, field, problem", [
+    ("workload.gavel.jobs_per_hour=0.0", "jobs_per_hour", "finite number > 0"),
+    ("workload.gavel.distributed=[false, false]", "distributed", "needs at least one distributed job type"),
+    ("env.spread_penalty=0.8", "env.spread_penalty", "must be 1.0"),
+    ('workload.throughputs="nowhere/throughputs.json"', None, "not found"),
+])
+def test_bad_gavel_workload_settings_are_named(override, field, problem):
+    config = preset(override)
+    with pytest.raises(DataError, match=problem) as e:
+        experiment.build_workload(config, experiment.build_nodes(config))
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("override, problem", [
+    ('cluster.node_groups=[["H100", 36, 1]]', r"node_groups: group 0 \('H100', 36, 1\): unknown GPU model"),
+    ('cluster.node_groups=[["V100", 36, 1], ["K80", 0, 1]]', "group 1 .* servers must be an integer in"),
+    ('cluster.node_groups=[["V100", 36, 9]]', "GPUs per server must be an integer in"),
+    ('cluster.node_groups=[["V100", 36]]', r"expected \[model, servers, GPUs per server\]"),
+    ('cluster.node_model="V100"', "node_groups and node_list, pai_machines or node_model"),
+])
+def test_bad_node_groups_are_named_when_the_config_loads(override, problem):
+    with pytest.raises(DataError, match=f"ClusterConfig.*{problem}"):
+        preset(override)
+
+
+def test_gavel_settings_the_data_refuses_are_named(gavel_json):
+    small = ("eval.episodes=1", "workload.gavel.num_jobs=200", "env.warmup_jobs=0", "env.measured_jobs=0")
+    config = preset(*small, "env.max_span=4", throughputs=gavel_json)  # 8-GPU jobs on 1-GPU servers
+    with pytest.raises(DataError, match="need more than the 4 GPUs of 4 server") as e:
+        experiment.build_workload(config, experiment.build_nodes(config))
+    assert e.value.field == "num_gpus"
+    config = preset(*small, 'cluster.node_groups=[["T4", 4, 1]]', throughputs=gavel_json)
+    with pytest.raises(DataError, match="no speeds") as e:
+        experiment.episodes(config, experiment.build_nodes(config))
+    assert e.value.field == "T4"
+    config = preset(*small, "workload.gavel.distributed=[true, false]", throughputs=gavel_json)
+    with pytest.raises(DataError, match="2 values; .* has 26 job types") as e:
+        experiment.build_workload(config, experiment.build_nodes(config))
+    assert e.value.field == "workload.gavel.distributed"
+    with pytest.raises(DataError, match="no training workload") as e:
+        experiment.training_workload(config, None, experiment.build_nodes(config))
+    assert e.value.field == "workload.source"
+
+
+def test_the_preset_draws_gavels_workload_on_gavels_cluster(gavel_json):
+    """configs/gavel.toml as shipped: 108 one-GPU servers, a third of each GPU type, and each
+    episode Gavel's workload at 0.8 jobs an hour as ``gavel.generate`` draws it from the
+    episode's key, every job on the type row ``to_jobs`` gives it."""
+    config = preset("eval.episodes=2", throughputs=gavel_json)
+    nodes = experiment.build_nodes(config)
+    models = [C.MODEL_NAMES[m] for m in nodes.model]
+    assert len(nodes) == 108 and set(nodes.num_gpus) == {1}
+    assert {m: models.count(m) for m in set(models)} == {"V100": 36, "P100": 36, "K80": 36}
+    eps = experiment.episodes(config, nodes)
+    assert eps.info["jobs_per_hour"] == 0.8 and eps.info["expected_offered_load"] == pytest.approx(0.3726, abs=1e-4)
+    tp = G.load_throughputs(gavel_json)
+    drawn = host(gen(experiment.episode_keys(config.eval.seed, 2, 0)[1], config.workload.gavel))
+    jobs = jax.tree.map(np.asarray, eps.jobs)
+    np.testing.assert_array_equal(jobs.num_gpu[1], drawn.num_gpus)
+    np.testing.assert_array_equal(jobs.arrival_s[1], drawn.arrival_s)
+    np.testing.assert_array_equal(jobs.job_type[1], G.type_row(drawn.job_type, drawn.num_gpus, drawn.num_gpus > 1))
+    speed = np.asarray(eps.params.cluster.type_speed)
+    assert speed.shape == (108, 26 * 8)
+    r18 = G.type_row(tp.job_types.index("ResNet-18 (batch size 256)"), 1)
+    assert speed[[0, 36, 72], r18] == pytest.approx(tp.speed(1)[tp.job_types.index("ResNet-18 (batch size 256)"), ::-1])
+
+
+def test_a_load_sweep_scales_the_rate_to_the_nominal_load():
+    """``eval.sweep_loads`` (``experiment.with_load``) sets jobs_per_hour so that
+    ``gavel.offered_load`` on the cluster's work capacity is the load asked for; the other
+    settings, and so the episodes' draws but for their arrival times, stay."""
+    config = preset()
+    nodes = experiment.build_nodes(config)
+    capacity = C.work_capacity(nodes)
+    assert capacity == pytest.approx(36 * (1.0 + 0.6 + 0.3))
+    swept = experiment.with_load(config, 0.5, nodes).workload.gavel
+    assert G.offered_load(swept, capacity) == pytest.approx(0.5)
+    assert G.offered_load(config.workload.gavel, capacity) == pytest.approx(
+        0.8 / 3600 * G.expected_work_s() * 1.9 / capacity)
+    assert dataclasses.replace(swept, jobs_per_hour=0.8) == config.workload.gavel
