@@ -262,7 +262,7 @@ def write_outputs(out_dir: Path, config, result: Evaluation) -> list:
     out_dir.mkdir(parents=True, exist_ok=True)
     result.per_episode.to_csv(out_dir / "per_episode.csv", index=False)
     result.summary.to_csv(out_dir / "summary.csv", index=False)
-    (out_dir / "summary.md").write_text(report.markdown_table(result.summary))
+    (out_dir / "summary.md").write_text(report.summary_markdown(result.summary))
     _write_config(out_dir, config, result.info)
     written = ["per_episode.csv", "summary.csv", "summary.md", "config.json"]
     if config.eval.per_job and result.schedule is not None:

@@ -15,6 +15,11 @@ HEADLINE = ("jct_mean", "jct_p95", "queue_delay_mean", "slowdown_mean", "gpu_all
             "work_alloc", "frag_rate", "frag_amount", "queue_len_mean", "backlog_work_growth", "reservations",
             "migrations", "measured_finished", "rejected", "failed", "dropped_overflow")
 
+# Mean JCT and queueing delay by job size (``metrics.job_sizes``: 1 GPU or less, 2-8 whole GPUs,
+# more than 8), the second table of ``summary_markdown``.
+BY_SIZE = ("jct_mean_small", "jct_mean_2to8", "jct_mean_over8",
+           "queue_delay_mean_small", "queue_delay_mean_2to8", "queue_delay_mean_over8")
+
 # A queue is unbounded over the measurement window when its backlog of work (the GPU work of
 # queued and dropped jobs) averaged over the window's last quarter exceeds that of its first
 # quarter by more than this share of the measured jobs' GPU work (the ``backlog_work_growth``
@@ -73,6 +78,14 @@ def markdown_table(summary: pd.DataFrame, metrics=HEADLINE, by="scheduler") -> s
         cells += [f"{_fmt(row[m])} ± {_fmt(row[f'{m}_ci95'])}" for m in metrics]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def summary_markdown(summary: pd.DataFrame, by="scheduler") -> str:
+    """``summary.md``: the headline table, then mean JCT and queueing delay by job size (s;
+    n/a where an episode measured no job of that size)."""
+    return (markdown_table(summary, HEADLINE, by) + "\nBy job size (mean JCT and queueing delay, s: "
+            "small = 1 GPU or less, 2to8 = 2-8 GPUs, over8 = more than 8):\n\n"
+            + markdown_table(summary, BY_SIZE, by))
 
 
 def _fmt(x: float) -> str:

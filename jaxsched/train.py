@@ -704,7 +704,7 @@ def main(argv=None, prog: str = "python -m jaxsched.train") -> int:
         summary.to_csv(out_dir / "summary.csv", index=False)
         pd.concat([frame.assign(metric=metric) for metric, frame in paired.items()]).to_csv(
             out_dir / "paired.csv", index=False)
-        table = report.markdown_table(summary)
+        table = report.summary_markdown(summary)
         paired_md = "\n\n".join(f"Paired {PAIRED_TITLES.get(metric, metric)} difference, {name} minus baseline "
                                  f"(95% CI):\n\n{_paired_md(frame)}" for metric, frame in paired.items())
         (out_dir / "summary.md").write_text(

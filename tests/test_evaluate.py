@@ -91,6 +91,9 @@ def test_cli_writes_every_output_file(cli_run):
     assert summary["scheduler"].tolist() == SCHEDULERS.split(",")
     md = (cli_run / "summary.md").read_text()
     assert "first-fit" in md and "best-fit" in md and "±" in md
+    by_size = md.split("By job size")[1]  # the second table: JCT and delay by job size, per scheduler
+    assert by_size.strip().endswith(report.markdown_table(summary, report.BY_SIZE).strip())
+    assert "| scheduler | episodes | jct_mean_small | jct_mean_2to8 | jct_mean_over8 |" in by_size
     versions = json.loads((cli_run / "config.json").read_text())["info"]["versions"]
     assert versions["jax"] == jax.__version__  # what the numbers were computed with
 
