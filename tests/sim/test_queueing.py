@@ -69,10 +69,13 @@ def test_mmc_queueing_delay_matches_erlang_c():
                          mem_mib=np.full(NODES, 262144, np.int32))
     c, mu = 8 * NODES, 1.0 / MEAN_WORK_S
     params = to_device(EnvParams(cl.to_cluster(table), classes.target_workload([0], [1000], [1], [""])))
+    # A queue of 512 never fills here (a queue above c grows like 0.95^q; asserted below), and
+    # each episode runs alone (chunk 1): the loop schedule does not change the episodes
+    # (test_properties), but a vmapped chunk runs as long as its slowest episode: 3x slower.
     env = ClusterEnv(EnvConfig(reserve_after_s=math.inf, warmup_jobs=WARMUP, measured_jobs=MEASURED,
-                               queue_capacity=2048, running_capacity=2 * c, track_frag=False))
+                               queue_capacity=512, running_capacity=2 * c, track_frag=False))
     run = jax.jit(lambda j, k: rollout(env, get("first-fit").policy, None, params, j, k,
-                                       3 * (WARMUP + MEASURED))[1])
+                                       3 * (WARMUP + MEASURED), chunk=1)[1])
     keys = jax.random.split(jax.random.key(7), EPISODES)
     for rho in (0.7, 0.9, 0.95):
         lam = rho * c * mu
@@ -117,8 +120,8 @@ def test_littles_law_holds_for_every_scheduler(name):
     keys = jax.random.split(jax.random.key(3), 8)
     jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
 
-    def run(jobs, keys):
-        state, m = rollout(env, sched.policy, None, params, jobs, keys, 3 * syn.num_jobs)
+    def run(jobs, keys):  # each episode alone, as the M/M/c test runs them
+        state, m = rollout(env, sched.policy, None, params, jobs, keys, 3 * syn.num_jobs, chunk=1)
         fields = ("outcome", "start_s", "end_s", "unschedulable", "queue", "queue_len", "next_arrival")
         recs = {f: getattr(state, f, None) if hasattr(state, f) else getattr(state.core, f) for f in fields}
         recs.update(time_s=state.core.time_s, measure_from_s=state.core.measure_from_s,
