@@ -84,6 +84,7 @@ def test_default_folder_follows_xdg_and_the_env_var(monkeypatch, tmp_path):
     assert compile_cache.default_dir() == tmp_path / "x"
 
 
+@pytest.mark.slow
 def test_evaluate_cli_second_run_compiles_from_the_cache(tmp_path):
     """The CLI's flags: ``--compile-cache DIR`` fills DIR, the second identical run reads every
     program back (and says so), ``--no-compile-cache`` compiles everything."""

@@ -120,7 +120,6 @@ def _build_env(queue):
         queue.put(str(err))
 
 
-@pytest.mark.slow  # the spawned worker starts JAX and builds the env afresh
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # JAX's, for the fork tried on purpose
 def test_async_vector_env_runs_with_spawn_and_refuses_fork(monkeypatch):
     # The expected steps: env i of a vector env seeded 30 is the single env seeded 30 + i.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 from jaxsched import cluster as cl
 from jaxsched.policies import get
@@ -44,6 +45,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_gather_the_single_process_results():
     port, n = str(free_port()), 2
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))

@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -72,6 +73,7 @@ def finish(process: subprocess.Popen) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow
 def test_sharded_rollout_matches_unsharded_episode_by_episode():
     processes = start(4), start(4, whole_loop=True)  # side by side: mostly compiling
     four, whole = map(finish, processes)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import jax.monitoring
 import numpy as np
 import pandas as pd
+import pytest
 
 from jaxsched import devices
 from jaxsched import evaluate as ev
@@ -61,6 +62,7 @@ def test_final_evaluation_runs_no_timeline_or_schedule_of_the_baselines(monkeypa
     assert sorted(set(per_episode.scheduler)) == ["agent", "first-fit"]
 
 
+@pytest.mark.slow
 def test_held_out_episodes_reuse_validations_compiled_rollout_with_the_same_results(monkeypatch):
     # The main job's CPU path: whole-loop kernels, each episode alone (rollout.default_chunk() == 1).
     monkeypatch.setenv("XLA_FLAGS", f"--{devices.LOOP_OPTION}={devices.LOOP_BYTES}")

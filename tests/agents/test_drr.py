@@ -224,6 +224,7 @@ def test_published_flags_override_the_config():
         train_lib.published_overrides(["--lr-actress", "1"], drr.DRRConfig)
 
 
+@pytest.mark.slow
 def test_drr_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
     run = tiny_drr("train.total_updates=20")
     whole = train_lib.train(run, tmp_path / "whole", show_progress=False)
@@ -234,6 +235,7 @@ def test_drr_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
                                   whole.log[["update", "entropy", "beta"]].to_numpy())
 
 
+@pytest.mark.slow
 def test_short_drr_training_run_beats_random_placement(tmp_path):
     # The slow-then-fast cluster of the GNN-DDQN test: where a job runs decides its JCT, and
     # the placement reward says so at once. No teacher (FGD ignores speed), no fragmentation term.
@@ -254,6 +256,7 @@ def test_short_drr_training_run_beats_random_placement(tmp_path):
     assert agent_jct < 0.8 * untrained_jct, (agent_jct, untrained_jct)
 
 
+@pytest.mark.slow
 def test_load_sweep_runs_a_trained_agent_beside_the_heuristics_at_each_load(tmp_path):
     """``train --checkpoint DIR --eval-set eval.sweep_loads=…``: the agent's rows of the sweep
     are its episodes at each load, as evaluated alone, and it gets a maximum sustainable load."""

@@ -10,6 +10,7 @@ from jaxsched.agents import ddqn, gnn
 from jaxsched.sim.env import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, to_device
 from jaxsched.workload import classes, synthetic
+from tests.settings import extended
 
 
 def _observation(num_nodes, window, seed=0):
@@ -30,7 +31,7 @@ def _observation(num_nodes, window, seed=0):
     return build(jax.random.key(seed), params)
 
 
-@pytest.mark.parametrize("num_nodes,window", [(5, 3), (7, 1), (3, 5)])
+@pytest.mark.parametrize("num_nodes,window", [extended(5, 3), extended(7, 1), (3, 5)])
 def test_graph_has_static_padded_shapes_and_feasibility_edges(num_nodes, window):
     obs = _observation(num_nodes, window)
     graph = gnn.build_graph(obs)

@@ -43,6 +43,7 @@ def test_checkpoint_round_trip_restores_every_leaf(tmp_path):
     assert [jax.typeof(x) for x in jax.tree.leaves(restored)] == [jax.typeof(x) for x in jax.tree.leaves(runner)]
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_reproduces_uninterrupted_run(tmp_path):
     run = tiny_run("train.num_seeds=2", "train.valid_episodes=4")
     whole = train_lib.train(run, tmp_path / "whole", show_progress=False)
@@ -239,6 +240,7 @@ def _mean_jct(run, policy, gpu_rule, *policy_params):
 SLOW_THEN_FAST = "sn,cpu_milli,memory_mib,gpu,model\nslow-0,64000,262144,4,T4\nslow-1,64000,262144,4,T4\nfast-2,96000,393216,8,A10\n"
 
 
+@pytest.mark.slow
 def test_short_training_run_beats_random_scheduler(tmp_path):
     # Two 4 x T4 nodes (speed 0.45) before one 8 x A10 node (1.1), at load 0.3: the A10 usually
     # has room, so where a job runs decides its JCT. With train.seed 2 the untrained network
@@ -261,6 +263,7 @@ def test_short_training_run_beats_random_scheduler(tmp_path):
     assert agent_jct < 0.75 * untrained_jct, (agent_jct, untrained_jct)
 
 
+@pytest.mark.slow
 def test_training_on_trace_windows_uses_only_the_training_span(openb_dir):
     trace = openb_dir / "openb_pod_list_default.csv"
     run = tiny_run('workload.source="openb"', f'workload.trace="{trace}"', "workload.window_jobs=40",

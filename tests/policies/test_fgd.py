@@ -21,6 +21,7 @@ from jaxsched.sim import ClusterEnv, EnvConfig, frag
 from jaxsched.types import ALL_MODELS, GPU_MILLI, OUTCOME_PLACED, EnvParams, jobs_from_numpy, to_device
 from jaxsched.workload import classes as workload_classes
 from tests.policies.states import N_NODES, chosen_node, cluster, frag_classes, observe
+from tests.settings import extended
 
 fgd = jax.jit(policies.get("fgd").policy)
 scores_of = jax.jit(fgd_scores)
@@ -135,7 +136,7 @@ def test_vectorised_scores_match_a_from_scratch_computation_on_random_states():
 # ----- the env's drop table (EnvConfig.fgd_table) against the pass over every node --------
 
 TABLE_NODES = 64  # the first openb nodes: a cluster that long pod lists fill and fragment
-TABLE_LISTS = ("default", "gpuspec33", "multigpu50")  # real lists when ../shared/data has them
+TABLE_LISTS = ("default", extended("gpuspec33"), extended("multigpu50"))  # real lists when ../shared/data has them
 
 
 def _pod_list(name, seed):

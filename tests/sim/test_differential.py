@@ -25,36 +25,36 @@ from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, to_device
 from tests.strategies import FRAG_CLASSES, clusters, workloads
 
-from tests.settings import EXAMPLES
+from tests.settings import EXAMPLES, extended
 
 WINDOW, QUEUE, RUNNING = 3, 8, 10
 
 CASES = [  # (mode, queue order, policy, gpu rule, tie break)
-    ("dynamic", "fifo", "best-fit", "best-fit", "permutation"),
+    extended("dynamic", "fifo", "best-fit", "best-fit", "permutation"),
     ("dynamic", "fifo", "first-fit", "first-fit", "identity"),
-    ("dynamic", "sjf", "best-fit", "best-fit", "identity"),
-    ("dynamic", "edf", "first-fit", "best-fit", "permutation"),
-    ("static", "fifo", "best-fit", "best-fit", "permutation"),
+    extended("dynamic", "sjf", "best-fit", "best-fit", "identity"),
+    extended("dynamic", "edf", "first-fit", "best-fit", "permutation"),
+    extended("static", "fifo", "best-fit", "best-fit", "permutation"),
     ("static", "fifo", "first-fit", "first-fit", "identity"),
 ]
 REGISTRY_CASES = [  # (mode, scheduler, tie break); the rest of the config is the registry's
-    ("dynamic", "spread", "permutation"),
-    ("dynamic", "dot-product", "identity"),
-    ("dynamic", "gpu-packing", "permutation"),
+    extended("dynamic", "spread", "permutation"),
+    extended("dynamic", "dot-product", "identity"),
+    extended("dynamic", "gpu-packing", "permutation"),
     ("dynamic", "gpu-clustering", "permutation"),
     ("dynamic", "fgd", "permutation"),
-    ("dynamic", "fgd-window", "permutation"),
-    ("dynamic", "sjf", "permutation"),
-    ("dynamic", "elasticflow", "permutation"),
-    ("dynamic", "hops", "identity"),
-    ("dynamic", "r&p", "permutation"),
-    ("static", "dot-product", "permutation"),
-    ("static", "gpu-packing", "identity"),
-    ("static", "gpu-clustering", "permutation"),
-    ("static", "best-fit", "identity"),
+    extended("dynamic", "fgd-window", "permutation"),
+    extended("dynamic", "sjf", "permutation"),
+    extended("dynamic", "elasticflow", "permutation"),
+    extended("dynamic", "hops", "identity"),
+    extended("dynamic", "r&p", "permutation"),
+    extended("static", "dot-product", "permutation"),
+    extended("static", "gpu-packing", "identity"),
+    extended("static", "gpu-clustering", "permutation"),
+    extended("static", "best-fit", "identity"),
     ("static", "fgd", "identity"),
-    ("static", "fgd-window", "identity"),
-    ("static", "r&p", "identity"),
+    extended("static", "fgd-window", "identity"),
+    extended("static", "r&p", "identity"),
 ]
 EXACT_METRICS = ("decisions", "invalid_actions", "jobs_total", "placed", "finished", "rejected",
                  "failed", "dropped_overflow", "unfinished", "running_full", "done", "migrations",
@@ -138,11 +138,11 @@ def test_registry_scheduler_matches_reference(mode, policy, tie_break, cluster, 
 
 VARIANT_CASES = [  # (variant, queue order, policy, gpu rule, tie break)
     ("strict", "fifo", "first-fit", "first-fit", "identity"),
-    ("strict", "sjf", "best-fit", "best-fit", "permutation"),
-    ("reserve", "fifo", "first-fit", "best-fit", "permutation"),
-    ("reserve", "sjf", "best-fit", "best-fit", "identity"),
+    extended("strict", "sjf", "best-fit", "best-fit", "permutation"),
+    extended("reserve", "fifo", "first-fit", "best-fit", "permutation"),
+    extended("reserve", "sjf", "best-fit", "best-fit", "identity"),
     ("reserve", "edf", "fgd", "fgd", "permutation"),
-    ("measure", "fifo", "best-fit", "best-fit", "permutation"),
+    extended("measure", "fifo", "best-fit", "best-fit", "permutation"),
     ("reserve-measure-strict", "fifo", "first-fit", "first-fit", "identity"),
 ]
 
@@ -165,13 +165,13 @@ def jitted_env_fns(env):
 
 LOCKSTEP_CASES = [  # (mode, queue order, gpu rule, variant)
     ("dynamic", "fifo", "best-fit", None),
-    ("dynamic", "sjf", "best-fit", None),
+    extended("dynamic", "sjf", "best-fit", None),
     ("static", "fifo", "best-fit", None),
     ("dynamic", "fifo", "fgd", None),
-    ("dynamic", "edf", "buddy", None),
-    ("dynamic", "fifo", "best-fit", "reserve"),
+    extended("dynamic", "edf", "buddy", None),
+    extended("dynamic", "fifo", "best-fit", "reserve"),
     ("dynamic", "sjf", "first-fit", "reserve-measure-strict"),
-    ("dynamic", "edf", "best-fit", "measure"),
+    extended("dynamic", "edf", "best-fit", "measure"),
 ]
 
 
@@ -214,7 +214,7 @@ def test_random_actions_keep_both_simulators_in_lockstep(mode, order, gpu_rule, 
     assert_same_metrics(jax.tree.map(lambda x: np.asarray(x)[None], got), ref_out["metrics"])
 
 
-@pytest.mark.parametrize("mode", ["dynamic", "static"])
+@pytest.mark.parametrize("mode", ["dynamic", extended("static")])
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(), seed=st.integers(0, 2**31 - 1))
 def test_untracked_fragmentation_matches_reference(mode, cluster, jobs, seed):

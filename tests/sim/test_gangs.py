@@ -34,7 +34,7 @@ from jaxsched.policies import get
 from jaxsched.rollout import rollout
 from jaxsched.sim import ClusterEnv, EnvConfig, gangs
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
-from tests.settings import EXAMPLES
+from tests.settings import EXAMPLES, extended
 from tests.sim import test_differential as td
 from tests.strategies import FRAG_CLASSES, clusters, workloads
 
@@ -151,18 +151,20 @@ def test_anchor_fits_when_the_anchor_and_the_best_others_hold_the_job(k, span, f
 # ----- both simulators on random gang workloads, job by job ---------------------------------
 GANG_SIZES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # on nodes of 0-8 GPUs: many jobs span nodes
 GANG_CASES = [  # (policy, {env settings}); the registry's env config for the rest
-    ("first-fit", {"max_span": 2}),
-    ("consolidate", {"max_span": 3, "reserve_after_s": 10.0}),
-    ("best-fit", {"max_span": 3, "gang_rule": "spread", "spread_penalty": 0.7, "reserve_after_s": 10.0}),
-    ("spread", {"max_span": 4, "spread_penalty": 0.8, "backfill": False}),
-    ("hops", {"max_span": 2}),
-    ("elasticflow", {"max_span": 3, "gang_rule": "spread"}),
-    ("r&p", {"max_span": 2}),
-    ("fgd-window", {"max_span": 3}),
-    ("gpu-clustering", {"max_span": 3, "gang_rule": "spread"}),
-    ("fgd", {"max_span": 2, "reserve_after_s": 10.0}),
-    ("pack-resched", {"max_span": 3, "resched_interval_s": 30.0, "resched_util_threshold": 0.9}),
-    ("sjf", {"max_span": 6, "gang_rule": "spread", "warmup_jobs": 2, "measured_jobs": 8}),
+    pytest.param("first-fit", {"max_span": 2}, id="first-fit"),
+    pytest.param("consolidate", {"max_span": 3, "reserve_after_s": 10.0}, id="consolidate"),
+    extended("best-fit", {"max_span": 3, "gang_rule": "spread", "spread_penalty": 0.7, "reserve_after_s": 10.0},
+             id="best-fit"),
+    extended("spread", {"max_span": 4, "spread_penalty": 0.8, "backfill": False}, id="spread"),
+    extended("hops", {"max_span": 2}, id="hops"),
+    extended("elasticflow", {"max_span": 3, "gang_rule": "spread"}, id="elasticflow"),
+    extended("r&p", {"max_span": 2}, id="r&p"),
+    extended("fgd-window", {"max_span": 3}, id="fgd-window"),
+    extended("gpu-clustering", {"max_span": 3, "gang_rule": "spread"}, id="gpu-clustering"),
+    extended("fgd", {"max_span": 2, "reserve_after_s": 10.0}, id="fgd"),
+    extended("pack-resched", {"max_span": 3, "resched_interval_s": 30.0, "resched_util_threshold": 0.9},
+             id="pack-resched"),
+    extended("sjf", {"max_span": 6, "gang_rule": "spread", "warmup_jobs": 2, "measured_jobs": 8}, id="sjf"),
 ]
 
 
@@ -172,7 +174,7 @@ def gang_env(policy, settings, tie_break="permutation"):
     return ClusterEnv(dataclasses.replace(get(policy).env_config(base), **settings))
 
 
-@pytest.mark.parametrize("policy, settings", GANG_CASES, ids=[p for p, _ in GANG_CASES])
+@pytest.mark.parametrize("policy, settings", GANG_CASES)
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=st.integers(0, 2**31 - 1))
 def test_gang_episodes_match_reference(policy, settings, cluster, jobs, seed):
@@ -187,7 +189,7 @@ def test_gang_episodes_match_reference(policy, settings, cluster, jobs, seed):
     td.assert_same_metrics(got, ref_out["metrics"])
 
 
-@pytest.mark.parametrize("gang_rule", ["consolidate", "spread"])
+@pytest.mark.parametrize("gang_rule", ["consolidate", extended("spread")])
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=st.integers(0, 2**31 - 1))
 def test_random_actions_keep_both_simulators_in_lockstep_with_gangs(gang_rule, cluster, jobs, seed):

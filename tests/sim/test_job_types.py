@@ -20,7 +20,7 @@ from jaxsched.errors import DataError
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
 from jaxsched.workload import gavel
-from tests.settings import EXAMPLES
+from tests.settings import EXAMPLES, extended
 from tests.sim import test_migration
 from tests.sim.test_differential import (
     assert_episode_matches_reference, assert_same_metrics, assert_same_schedule, jitted_env_fns, make_env,
@@ -80,7 +80,7 @@ def test_type_table_speed_ratios_differ_by_model():
 
 TYPED_CASES = [  # (queue order, policy, gpu rule, tie break)
     ("fifo", "first-fit", "first-fit", "identity"),
-    ("sjf", "best-fit", "best-fit", "permutation"),
+    extended("sjf", "best-fit", "best-fit", "permutation"),
 ]
 
 
@@ -100,6 +100,7 @@ MOVE_ENV = ClusterEnv(EnvConfig(window=2, queue_capacity=8, running_capacity=10,
                                 migration_pause_s=10.0))
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=typed_jobs(), seed=st.integers(0, 2**31 - 1))
 def test_typed_migrations_match_reference(cluster, jobs, seed):

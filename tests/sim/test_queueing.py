@@ -26,6 +26,7 @@ from jaxsched.rollout import rollout
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import ALL_MODELS, EnvParams, Jobs, to_device
 from jaxsched.workload import classes, synthetic
+from tests.settings import extended
 
 MEAN_WORK_S = 1000.0
 
@@ -61,7 +62,6 @@ def test_erlang_c_formula_by_hand():
 NODES, EPISODES, WARMUP, MEASURED = 8, 32, 6000, 16000  # c = 64 GPUs
 
 
-@pytest.mark.slow
 def test_mmc_queueing_delay_matches_erlang_c():
     table = cl.NodeTable(names=tuple(f"v{i}" for i in range(NODES)),
                          model=np.full(NODES, cl.model_id("V100"), np.int32),
@@ -106,8 +106,8 @@ def in_system_from_records(jobs, records, metrics) -> np.ndarray:
     return np.where(entered, overlap, 0.0).sum(-1)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", [name if name in ("first-fit", "fgd", "random") else extended(name)
+                                  for name in sorted(REGISTRY)])
 def test_littles_law_holds_for_every_scheduler(name):
     nodes = cl.preset(16)
     syn = synthetic.SyntheticConfig(num_jobs=2400, target_load=0.85, mean_interarrival_s=32.0,

@@ -4,6 +4,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import pytest
 
 from jaxsched import cluster as cl
 from jaxsched.policies import get
@@ -16,6 +17,7 @@ from tests.strategies import FRAG_CLASSES
 FRAG_METRICS = ("frag_amount", "frag_rate")
 
 
+@pytest.mark.slow
 def test_untracked_fragmentation_leaves_the_schedule_and_other_metrics_unchanged():
     name = "best-fit"  # a GPU rule that reads free resources, not fragmentation
     params = to_device(EnvParams(cl.to_cluster(cl.preset(8)), FRAG_CLASSES))
