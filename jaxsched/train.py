@@ -4,8 +4,9 @@
 
 The run config is a normal run config (``[cluster] [workload] [env] [eval]``, see
 ``jaxsched.config``) plus ``[agent]`` and ``[train]``. ``[agent] kind`` picks the learner
-(``jaxsched.agents.LEARNERS``: "gnn-ddqn", the default, or "drr"), whose settings class
-reads the rest of ``[agent]`` (``agents.ddqn.AgentConfig``, ``agents.drr.DRRConfig``);
+(``jaxsched.agents.LEARNERS``: "gnn-ddqn", the default, "drr" or "gnn-ppo"), whose settings
+class reads the rest of ``[agent]`` (``agents.ddqn.AgentConfig``, ``agents.drr.DRRConfig``,
+``agents.gnn_ppo.PPOConfig``);
 ``[train]`` is what every learner's loop shares (``agents.training.TrainConfig``).
 ``--set section.key=value`` overrides any of them; DRR's published flags (``--lr_actor
 0.04``, ``--use_imitation True``, ``--num-node 64``, ...) work too (``published_overrides``).
@@ -19,7 +20,8 @@ seed and of checkpoint made without the held-out episodes.
 
 Writes under ``eval.out_dir`` (``results/runs/<run>/``):
   train_log.csv       one row per (jitted chunk, run): return, env steps/s and the learner's
-                      own fields (GNN-DDQN: loss, mean Q, epsilon; DRR: losses, entropy, beta)
+                      own fields (GNN-DDQN: loss, mean Q, epsilon; DRR: losses, entropy, beta;
+                      GNN-PPO: losses, entropy, approx KL, clip fraction)
   valid_log.csv       one row per (validation, run): validation mean JCT
   checkpoints/        orbax checkpoints every ``train.checkpoint_every`` updates and at the end
                       (every run and the agent kept so far)
@@ -133,8 +135,13 @@ def load(path=None, overrides=()) -> RunConfig:
     if moved:
         raise DataError(where, None, f"train.{moved[0]}", f"is a setting of the learner: write it in [agent] "
                         f"(agent.{moved[0]}); [train] holds what every learner shares")
-    return RunConfig(base, cfg_lib.from_dict(agent_cls, extra["agent"], where, "agent."),
-                     cfg_lib.from_dict(training.TrainConfig, extra["train"], where, "train."))
+    run = RunConfig(base, cfg_lib.from_dict(agent_cls, extra["agent"], where, "agent."),
+                    cfg_lib.from_dict(training.TrainConfig, extra["train"], where, "train."))
+    try:
+        run.learner.check(run.agent, run.train)
+    except ValueError as err:
+        raise DataError(where, None, "agent", str(err)) from None
+    return run
 
 
 def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
@@ -734,7 +741,8 @@ def main(argv=None, prog: str = "python -m jaxsched.train") -> int:
     return 0
 
 
-LEARNER_DOCS = {"gnn-ddqn": "docs/learners/gnn-ddqn.md", "drr": "docs/learners/drr-results.md"}
+LEARNER_DOCS = {"gnn-ddqn": "docs/learners/gnn-ddqn.md", "drr": "docs/learners/drr-results.md",
+                "gnn-ppo": "docs/learners/gnn-ppo.md"}
 
 PAIRED_TITLES = {"jct_mean": "mean-JCT (s)", "frag_rate": "fragmentation-rate", "gpu_alloc": "GPU-allocation",
                  "queue_delay_mean": "mean queueing delay (s)",

@@ -4,7 +4,9 @@
 class (the rest of ``[agent]``) and its PureJaxRL-style ``make_train`` (``agents.training``
 says what it returns). Modules: ``training`` (what every learner's loop shares),
 ``checkpoint`` (orbax checkpoints of any runner), ``gnn`` + ``ddqn`` + ``gnn_ddqn`` (the GNN
-Double-DQN batch scheduler), ``drr`` (the attention actor-critic defragmentation scheduler).
+Double-DQN batch scheduler), ``drr`` (the attention actor-critic defragmentation scheduler),
+``gnn_ppo`` (the same GNN as an actor-critic trained with PPO), ``policy_gradient`` (the masked
+policy and GAE that DRR and GNN-PPO share).
 Entry point: ``python -m jaxsched.train --config ...``.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from jaxsched.agents import ddqn, drr, gnn_ddqn
+from jaxsched.agents import ddqn, drr, gnn_ddqn, gnn_ppo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +26,9 @@ class Learner:
     those shown on the progress bar. panels: learning-curve panels (field, y label, title,
     y scale). env_config(agent_config, env_config) -> the env it trains on. paired_metrics:
     the metrics compared with every baseline episode by episode after training.
-    steps_per_update(agent_config): env steps of each env per update (for the logs)."""
+    steps_per_update(agent_config): env steps of each env per update (for the logs).
+    check(agent_config, train_config): raises ``ValueError`` on settings of the two tables
+    that do not fit together (checked when a run config is loaded)."""
 
     name: str
     config: type
@@ -35,6 +39,7 @@ class Learner:
     env_config: Callable = lambda agent, env: env  # noqa: E731
     paired_metrics: tuple = ("jct_mean",)
     steps_per_update: Callable = lambda agent: 1  # noqa: E731 - env steps of each env per update
+    check: Callable = lambda agent, train: None  # noqa: E731
     description: str = ""
 
 
@@ -47,6 +52,11 @@ LEARNERS = {
                 env_config=drr.env_config, paired_metrics=drr.PAIRED_METRICS,
                 steps_per_update=lambda agent: agent.rollout_steps,
                 description="attention actor-critic over nodes for the job at hand (DRR)"),
+        # The queue order of its window as GNN-DDQN's (``gnn_ddqn.env_config`` reads queue_order only).
+        Learner(gnn_ppo.NAME, gnn_ppo.PPOConfig, gnn_ppo.make_train, gnn_ppo.LOG_FIELDS, gnn_ppo.PROGRESS_FIELDS,
+                gnn_ppo.PANELS, env_config=gnn_ddqn.env_config, steps_per_update=lambda agent: agent.rollout_steps,
+                check=gnn_ppo.check_batch,
+                description="GNN actor-critic trained with PPO over the window's (job, node) pairs"),
     )
 }
 

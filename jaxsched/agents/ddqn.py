@@ -118,8 +118,14 @@ class QNetwork(nnx.Module):
 
     def __call__(self, obs: Observation) -> jax.Array:
         """[K*N + K + 1] Q values of one (unbatched) observation, unmasked."""
+        return self.scores(obs, self.encoder(gnn.build_graph(obs)))[0]
+
+    def scores(self, obs: Observation, graph) -> tuple:
+        """(scores [K*N + K + 1] of every flat action, pooled embedding [2 * hidden]) of one
+        observation from its encoded graph. The pooled embedding (mean of the valid nodes'
+        embeddings, mean of the window jobs') is what the wait score reads; GNN-PPO's value
+        head reads it too (``agents.gnn_ppo``)."""
         k, n = obs.place_mask.shape
-        graph = self.encoder(gnn.build_graph(obs))
         h_node, h_job = graph.nodes[:n], graph.nodes[n:n + k]
         h = h_node.shape[-1]
         pair = (self.place_edge(graph.edges).reshape(k, n, h)
@@ -128,8 +134,9 @@ class QNetwork(nnx.Module):
         q_reject = self.reject_head(h_job).reshape(k)
         valid = obs.cluster.valid[:, None]
         node_mean = (h_node * valid).sum(0) / jnp.maximum(valid.sum(), 1)
-        q_wait = self.wait_head(jnp.concatenate([node_mean, h_job.mean(0)]))
-        return jnp.concatenate([q_place, q_reject, q_wait])
+        pooled = jnp.concatenate([node_mean, h_job.mean(0)])
+        q_wait = self.wait_head(pooled)
+        return jnp.concatenate([q_place, q_reject, q_wait]), pooled
 
 
 def create(config: AgentConfig, example_obs: Observation, key):

@@ -60,6 +60,7 @@ from flax import nnx
 
 from jaxsched import actions, policies
 from jaxsched.agents import gnn, training
+from jaxsched.agents.policy_gradient import entropy, gae, masked_log_softmax
 from jaxsched.cluster import MODEL_NAMES
 from jaxsched.config import check_positive_ints
 from jaxsched.policies.common import best_node, first_fitting_slot, place_or_wait, window_job
@@ -406,17 +407,6 @@ def scheduler(config: DRRConfig, graphdefs) -> policies.Scheduler:
 
 # ----- losses -------------------------------------------------------------------------------
 
-def masked_log_softmax(logits, feasible):
-    """[..., N] log-probabilities over the feasible nodes (0 elsewhere: never taken)."""
-    logp = jax.nn.log_softmax(jnp.where(feasible, logits, -1e9), axis=-1)
-    return jnp.where(feasible, logp, 0.0)
-
-
-def entropy(logp, feasible):
-    """[...] entropy of the masked policy (nats)."""
-    return -(jnp.where(feasible, jnp.exp(logp) * logp, 0.0)).sum(-1)
-
-
 def imitation_loss(logp, teacher):
     """[...] cross-entropy of the policy against the teacher's node: -log pi(teacher | s).
     Zero exactly when the policy puts all its probability on the teacher's node."""
@@ -428,21 +418,6 @@ def adjust_advantages(advantages, factor: float):
     if not factor:
         return advantages
     return jnp.where(advantages < 0, (1.0 - factor) * advantages, advantages)
-
-
-def gae(rewards, values, dones, last_value, gamma: float, lam: float):
-    """(advantages, returns) [T, E] of a rollout: rewards, values, dones [T, E] (done[t]: step
-    t ended its episode, so nothing after it is bootstrapped), last_value [E] = V(s_T)."""
-    def back(carry, x):
-        next_adv, next_value = carry
-        reward, value, done = x
-        live = 1.0 - done.astype(jnp.float32)
-        delta = reward + gamma * next_value * live - value
-        adv = delta + gamma * lam * live * next_adv
-        return (adv, value), adv
-
-    _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value), (rewards, values, dones), reverse=True)
-    return adv, adv + values
 
 
 def next_log_beta(log_beta, mean_entropy, mean_max_entropy, config: DRRConfig):

@@ -53,11 +53,14 @@ class Runner(NamedTuple):
     key: jax.Array
 
 
-def _strip(obs: Observation) -> Observation:
+def strip_static(obs: Observation) -> Observation:
+    """``obs`` without the static ``cluster``/``frag_classes`` (the same for every env): what
+    a learner stores of each step."""
     return obs.replace(cluster=None, frag_classes=None)
 
 
-def _restore(obs: Observation, env_params: EnvParams) -> Observation:
+def restore_static(obs: Observation, env_params: EnvParams) -> Observation:
+    """A stripped batch of observations (one leading [B] axis) with the static parts back."""
     batch = obs.place_mask.shape[0]
     widen = lambda x: jnp.broadcast_to(x, (batch,) + x.shape)  # noqa: E731
     return obs.replace(cluster=jax.tree.map(widen, env_params.cluster),
@@ -98,7 +101,7 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         k_net, k_env, key = jax.random.split(key, 3)
         _, params = ddqn.create(agent, example, k_net)
         state, obs = reset_envs(k_env)
-        item = {"obs": _strip(jax.tree.map(lambda x: x[0], obs)), "action": jnp.int32(0),
+        item = {"obs": strip_static(jax.tree.map(lambda x: x[0], obs)), "action": jnp.int32(0),
                 "reward": jnp.float32(0), "done": jnp.bool_(False)}
         return Runner(params=params, target_params=params, opt_state=optimiser.init(params),
                       buffer=buffer.init(item), env_state=state, obs=obs,
@@ -107,9 +110,9 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
     def learn(runner: Runner, key):
         run = buffer.sample(runner.buffer, key).experience  # [batch, n + 1, ...]
         reward, done = ddqn.n_step_return(run["reward"][:, :n], run["done"][:, :n], agent.gamma)
-        batch = {"obs": _restore(jax.tree.map(lambda x: x[:, 0], run["obs"]), env_params),
+        batch = {"obs": restore_static(jax.tree.map(lambda x: x[:, 0], run["obs"]), env_params),
                  "action": run["action"][:, 0], "reward": reward, "done": done,
-                 "next_obs": _restore(jax.tree.map(lambda x: x[:, n], run["obs"]), env_params)}
+                 "next_obs": restore_static(jax.tree.map(lambda x: x[:, n], run["obs"]), env_params)}
         (loss, q_mean), grads = jax.value_and_grad(ddqn.td_loss, has_aux=True)(
             runner.params, runner.target_params, graphdef, agent, batch, agent.gamma ** n)
         updates, opt_state = optimiser.update(grads, runner.opt_state, runner.params)
@@ -125,7 +128,7 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         state, next_obs, reward, done, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
             jax.random.split(k_step, num_envs), runner.env_state, action, env_params)
         reward = reward * config.reward_scale
-        step = {"obs": _strip(obs), "action": action, "reward": reward, "done": done}
+        step = {"obs": strip_static(obs), "action": action, "reward": reward, "done": done}
         buf = buffer.add(runner.buffer, jax.tree.map(lambda x: x[:, None], step))  # time axis 1
         ep_return, finished_return, num_finished = training.finished_episodes(runner.ep_return, reward, done)
         state, next_obs = training.auto_reset(reset_envs, k_reset, done, state, next_obs)

@@ -12,6 +12,7 @@ from jaxsched import evaluate as ev
 from jaxsched import experiment
 from jaxsched import train as train_lib
 from jaxsched.agents import drr
+from jaxsched.agents import policy_gradient as pg
 from jaxsched.policies import get
 from jaxsched.policies.fgd import fgd
 from jaxsched.sim import EnvConfig, frag
@@ -150,11 +151,11 @@ def test_dynamic_entropy_follows_its_target_and_is_fixed_when_off():
 def test_imitation_loss_is_zero_when_the_policy_is_the_teacher():
     feasible = jnp.array([True, True, False, True])
     teacher = jnp.array(3)
-    logp = drr.masked_log_softmax(jnp.array([0.0, -1e6, 0.0, 0.0]).at[3].set(1e6), feasible)
+    logp = pg.masked_log_softmax(jnp.array([0.0, -1e6, 0.0, 0.0]).at[3].set(1e6), feasible)
     assert float(drr.imitation_loss(logp, teacher)) == 0.0
-    uniform = drr.masked_log_softmax(jnp.zeros(4), feasible)
+    uniform = pg.masked_log_softmax(jnp.zeros(4), feasible)
     np.testing.assert_allclose(float(drr.imitation_loss(uniform, teacher)), np.log(3), rtol=1e-6)
-    np.testing.assert_allclose(float(drr.entropy(uniform, feasible)), np.log(3), rtol=1e-6)
+    np.testing.assert_allclose(float(pg.entropy(uniform, feasible)), np.log(3), rtol=1e-6)
 
 
 def _batch(config):
@@ -196,18 +197,6 @@ def test_each_switch_changes_its_own_term_and_nothing_else():
     assert dataclasses.replace(no, gpu_rule="best-fit") == env
     # The trained agent is evaluated on the env it trained on.
     assert drr.scheduler(base, graphdefs).env_config(env) == on
-
-
-def test_gae_matches_a_hand_computation():
-    rewards = jnp.array([[1.0], [0.0], [2.0]])
-    values = jnp.array([[0.5], [0.2], [1.0]])
-    dones = jnp.array([[False], [True], [False]])
-    adv, ret = drr.gae(rewards, values, dones, jnp.array([3.0]), gamma=0.9, lam=0.8)
-    d2 = 2.0 + 0.9 * 3.0 - 1.0
-    d1 = 0.0 - 0.2  # its episode ended: nothing bootstrapped
-    d0 = 1.0 + 0.9 * 0.2 - 0.5
-    np.testing.assert_allclose(np.asarray(adv)[:, 0], [d0 + 0.9 * 0.8 * d1, d1, d2], rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(ret), np.asarray(adv) + np.asarray(values))
 
 
 def test_published_flags_override_the_config():

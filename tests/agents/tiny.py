@@ -38,6 +38,15 @@ DRR = [
     "agent.heads=2",
     "agent.rollout_steps=4",
 ]
+GNN_PPO = [
+    'agent.kind="gnn-ppo"',
+    "agent.hidden=16",
+    "agent.num_layers=1",
+    "agent.allow_wait=false",
+    "agent.rollout_steps=4",
+    "agent.epochs=2",
+    "agent.num_minibatches=2",
+]
 
 
 def tiny_run(*extra):
@@ -48,3 +57,8 @@ def tiny_run(*extra):
 def tiny_drr(*extra):
     """The tiny DRR ``RunConfig`` with extra ``section.key=value`` overrides."""
     return train_lib.load(None, [*COMMON, *DRR, *extra])
+
+
+def tiny_ppo(*extra):
+    """The tiny GNN-PPO ``RunConfig`` with extra ``section.key=value`` overrides."""
+    return train_lib.load(None, [*COMMON, *GNN_PPO, *extra])
