@@ -98,6 +98,7 @@ def test_ppo_resume_after_interruption_reproduces_uninterrupted_run(trained):
     assert whole.log["env_steps"].tolist() == [1600, 3200, 4800, 6400]
 
 
+@pytest.mark.slow
 def test_short_ppo_training_run_beats_random_and_its_untrained_start(trained):
     # Measured: 41 s mean JCT after 200 updates, random placement 72 s, the untrained network 79 s.
     run, folder, whole = trained
