@@ -182,6 +182,7 @@ def test_gymnasium_refuses_actions_outside_its_discrete_space(gym_env):
     gym_env.step(np.int64(n - 1))  # any integer type in range is an action (here: wait)
 
 
+@pytest.mark.slow
 def test_make_vec_64_envs_run_every_episode_to_its_end(gym_env):
     envs = gymnasium.make_vec(ID, num_envs=64, vectorization_mode="vector_entry_point", **TINY)
     assert envs.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.NEXT_STEP

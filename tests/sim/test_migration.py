@@ -151,7 +151,8 @@ def busy_episode(seed, nodes=5):
 
 
 @pytest.mark.parametrize("seed", [0, extended(1), extended(2), extended(3)])
-@pytest.mark.parametrize("queue", [{"backfill": False}, {"reserve_after_s": 10.0}], ids=["strict", "reserve"])
+@pytest.mark.parametrize("queue", [pytest.param({"backfill": False}, id="strict"),
+                                   extended({"reserve_after_s": 10.0}, id="reserve")])
 def test_busy_episodes_migrate_and_match_reference(seed, queue):
     """Longer random episodes (60 jobs on 5 nodes) that do migrate, with the strict window or
     with frequent reservations (a reserved node takes no migrated job)."""

@@ -62,6 +62,7 @@ def test_erlang_c_formula_by_hand():
 NODES, EPISODES, WARMUP, MEASURED = 8, 32, 6000, 16000  # c = 64 GPUs
 
 
+@pytest.mark.slow
 def test_mmc_queueing_delay_matches_erlang_c():
     table = cl.NodeTable(names=tuple(f"v{i}" for i in range(NODES)),
                          model=np.full(NODES, cl.model_id("V100"), np.int32),

@@ -385,6 +385,7 @@ def test_a_job_runs_as_much_longer_on_a_k80_as_gavels_table_says(gavel_json):
     assert run_s[0] / run_s[2] > 10 and run_s[1] < run_s[3]  # ResNet-18 11.6x slower, Recommendation faster
 
 
+@pytest.mark.slow
 def test_fifo_runs_gavels_multi_gpu_workload_end_to_end_spanning_servers(gavel_json, tmp_path):
     """``python -m jaxsched evaluate --config configs/gavel.toml`` (in-process), shrunk to two
     episodes of 300 jobs: FIFO (first-fit) places every job, each job of k > 1 GPUs on k

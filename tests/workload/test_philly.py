@@ -236,6 +236,7 @@ def test_real_trace_every_vc_and_a_month(philly_csv):
     assert october.report["jobs"] + october.report["left_out_outside_window"] == 7423 + 1511
 
 
+@pytest.mark.slow
 def test_philly_preset_runs_gangs_across_nodes(philly_csv):
     """configs/philly.toml, shrunk: VC b436b2 on 64 nodes of 8 GPUs. Every job above 8 GPUs
     that ran spans nodes, each multi-GPU job's parts hold exactly its GPUs (GPU bits over its
