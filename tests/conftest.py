@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 
+from tests.settings import COMPILE_FLAGS
+
 # Several xdist workers may share one GPU: none may grab most of its memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # The suite compiles far more than it runs: with LLVM's optimisation passes off, an env's
 # rollout compiles in about three quarters of the time (measured 19-24 s against 29-31 s).
 # XLA's own HLO passes still run; the differential tests compare the env with the reference
-# exactly either way. The CLIs and subprocesses the tests start inherit the flag.
-os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0"]).strip()
+# exactly either way (the schedules; a float sum may differ in its last bit). The CLIs and
+# subprocesses the tests start inherit the flag.
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), COMPILE_FLAGS]).strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
