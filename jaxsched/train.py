@@ -22,10 +22,11 @@ Writes under ``eval.out_dir`` (``results/runs/<run>/``):
   train_log.csv       one row per (jitted chunk, run): return, env steps/s and the learner's
                       own fields (GNN-DDQN: loss, mean Q, epsilon; DRR: losses, entropy, beta;
                       GNN-PPO: losses, entropy, approx KL, clip fraction)
-  valid_log.csv       one row per (validation, run): validation mean JCT
+  valid_log.csv       one row per (validation, run): validation mean JCT, from update 0 (untrained)
   checkpoints/        orbax checkpoints every ``train.checkpoint_every`` updates and at the end
                       (every run and the agent kept so far)
   per_episode.csv, summary.csv, summary.md, paired.csv   held-out evaluation
+  valid_baselines.csv first-fit, sjf and the best heuristic on the validation episodes (the curve's lines)
   learning_curve.png, comparison.png, paired.png (the agent minus each baseline, 95% CI), jct_cdf.png, config.json
   train_run.json      the settings the checkpoints are trained with (``run_identity``)
 ``--resume`` continues from the last checkpoint of the same folder; the result equals that
@@ -90,7 +91,7 @@ DEFAULT_CONFIG = "configs/gnn_ddqn.toml"
 COMMON_LOG_FIELDS = ("update", "run", "env_steps", "episodes_finished", "return", "train_mean_jct_s",
                      "reward_per_step")
 TIMING_LOG_FIELDS = ("env_steps_per_s", "updates_per_s", "wall_s")
-VALID_FIELDS = ("update", "run", "seed", "valid_jct_s")
+VALID_FIELDS = ("update", "env_steps", "run", "seed", "valid_jct_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,8 +305,9 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
           stop_after: int | None = None, max_train_s: float | None = None) -> Trained:
     """Run (or resume) training of ``train.num_seeds`` runs side by side; returns ``Trained``.
 
-    At every checkpoint and at the end, each run's greedy agent is validated
-    (``train.valid_episodes``) and the best so far is kept in the selection.
+    Before the first update (the untrained agent: the learning curve's start), at every
+    checkpoint and at the end, each run's greedy agent is validated (``train.valid_episodes``);
+    of the trained ones, the best so far is kept in the selection.
     stop_after: stop after this many updates (simulates an interruption; tests use it).
     max_train_s: stop after the first chunk that ends past this many seconds of training; that
     chunk is validated and checkpointed as the last one (a run sized to a time budget).
@@ -330,7 +332,7 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
                             "no checkpoint to resume from (run without --resume to start afresh)")
         runners, selection = restored["runners"], restored["selection"]
         rows = _rows_until(log_path, step, tc.num_seeds * step // tc.chunk_updates)
-        valid_rows = _rows_until(valid_path, step, None)
+        valid_rows = _rows_until(valid_path, step, None) if tc.valid_episodes else []  # never validated: no log
     else:
         if has_checkpoint(out_dir):
             raise DataError(str(out_dir / "checkpoints"), None, "--out",
@@ -338,6 +340,10 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
                             "another --out (or deleting them) starts afresh")
         outputs.write_atomically(out_dir / RUN_FILE, json.dumps(run_identity(run), indent=1, default=str))
     start = int(runners.update[0])
+    env_steps_per_update = tc.num_envs * learner_steps(run)
+    if validate is not None and not resume:  # the untrained agent: where every learning curve starts
+        _, valid_rows = _validate(validate, runners, selection, tc.seed, env_steps_per_update)
+        _write_rows(valid_path, valid_rows, VALID_FIELDS)
     end = tc.total_updates if stop_after is None else min(tc.total_updates, stop_after)
     started = time.perf_counter()
     with tqdm(total=tc.total_updates, initial=start, desc="updates", unit="upd",
@@ -372,7 +378,7 @@ def train(run: RunConfig, out_dir: Path, resume: bool = False, show_progress: bo
                 if validate is None:
                     selection = _pick(runners, 0, np.nan)
                 else:
-                    selection, new_rows = _validate(validate, runners, selection, tc.seed)
+                    selection, new_rows = _validate(validate, runners, selection, tc.seed, env_steps_per_update)
                     valid_rows += new_rows
                     _write_rows(valid_path, valid_rows, VALID_FIELDS)
                     bar.write(f"validation after {update} updates: mean JCT "
@@ -394,13 +400,16 @@ def learner_steps(run: RunConfig) -> int:
     return run.learner.steps_per_update(run.agent)
 
 
-def _validate(play, runners, selection: Selection, seed: int):
+def _validate(play, runners, selection: Selection, seed: int, env_steps_per_update: int):
     """Each run's greedy agent on the validation episodes (``play``, see ``agent_episodes``)
-    -> (the selection, replaced by a run that does better than it; valid_log rows)."""
+    -> (the selection, replaced by a run that does better than it; valid_log rows). The
+    caller drops the selection of update 0: the untrained agent is measured, never kept."""
     rows = []
     for i in range(runners.update.shape[0]):
         jct = float(np.mean(play(jax.tree.map(lambda x: x[i], runners.params))["jct_mean"]))
-        rows.append({"update": int(runners.update[i]), "run": i, "seed": seed + i, "valid_jct_s": jct})
+        update = int(runners.update[i])
+        rows.append({"update": update, "env_steps": update * env_steps_per_update, "run": i, "seed": seed + i,
+                     "valid_jct_s": jct})
         if jct < float(selection.valid_jct_s):
             selection = _pick(runners, i, jct)
     return selection, rows
@@ -494,6 +503,24 @@ def validation_config(run: RunConfig) -> cfg_lib.Config:
         batch_size=min(base.eval.batch_size, max(tc.valid_episodes, 1))))
 
 
+CURVE_BASELINES = ("first-fit", "sjf")  # drawn on every learning curve, beside the best heuristic
+
+
+def validation_baselines(run: RunConfig, summary: pd.DataFrame, agent_name: str) -> dict:
+    """{label: mean JCT (s) on the validation episodes} of first-fit, sjf and the heuristic
+    with the lowest mean JCT in ``summary`` (the held-out evaluation): the learning curve's
+    horizontal lines, on the episodes its points are measured on."""
+    heuristics = summary[summary["scheduler"] != agent_name].sort_values("jct_mean")["scheduler"]
+    best = heuristics.iloc[0] if len(heuristics) else None
+    config = validation_config(run)
+    levels = {}
+    for name in dict.fromkeys((*CURVE_BASELINES, best)):
+        if name in policies.REGISTRY:
+            jct = float(np.mean(agent_episodes(config, policies.get(name))(None)["jct_mean"]))
+            levels[f"{name} (best heuristic)" if name == best else name] = jct
+    return levels
+
+
 def agent_episodes(config: cfg_lib.Config, scheduler: policies.Scheduler):
     """``play(params) -> {metric: [E] numpy}``: the trained agent (``scheduler``, e.g.
     ``Trainer.scheduler``) on the episodes of ``config``, through ``evaluate.run_scheduler``:
@@ -572,32 +599,56 @@ def paired_differences(per_episode: pd.DataFrame, agent_name: str, metric: str =
     return pd.DataFrame(rows)
 
 
+def learning_curve(learner: agents.Learner, log: pd.DataFrame, valid_log: pd.DataFrame,
+                   valid_baselines: dict | None = None):
+    """The learning curve's figure, one line per run against env steps: the validation mean
+    JCT from the untrained agent on, with ``valid_baselines`` {label: mean JCT on the same
+    validation episodes} as horizontal lines (when there is a validation); the training
+    return, or the reward per env step where no training episode ended (loaded episodes of
+    thousands of jobs); then the learner's own panels."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_valid = len(valid_log) > 0
+    panels = (1 if has_valid else 0) + 1 + len(learner.panels)
+    fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 3.5))
+    if has_valid:
+        x = "env_steps" if valid_log.get("env_steps", pd.Series(dtype=float)).notna().all() else "update"
+        for run, curve in valid_log.groupby("run"):
+            axes[0].plot(curve[x], curve["valid_jct_s"], marker="o", label=f"run {run}")
+        for (name, jct), style in zip((valid_baselines or {}).items(), ("--", ":", "-.", (0, (1, 3)))):
+            axes[0].axhline(jct, color="gray", linestyle=style, linewidth=1, label=name)
+        axes[0].set(xlabel=x.replace("_", " "), ylabel="mean JCT (s)", title="validation episodes")
+        axes[0].legend(fontsize=7)
+    train_axes = axes[1:] if has_valid else axes
+    returns = "return" in log and log["return"].notna().any()
+    field, ylabel, title = (("return", "episode return", "training return") if returns else
+                            ("reward_per_step", "reward per env step", "training reward (no episode ended)"))
+    for run, curve in log.groupby("run") if "run" in log else [(0, log)]:
+        label = f"run {run}"
+        train_axes[0].plot(curve["env_steps"], curve[field], marker=".", label=label)
+        for ax, (panel_field, *_) in zip(train_axes[1:], learner.panels):
+            ax.plot(curve["env_steps"], curve[panel_field], label=label)
+    train_axes[0].set(xlabel="env steps", ylabel=ylabel, title=title)
+    for ax, (_, panel_ylabel, panel_title, yscale) in zip(train_axes[1:], learner.panels):
+        ax.set(xlabel="env steps", ylabel=panel_ylabel, yscale=yscale, title=panel_title)
+    if not has_valid:
+        train_axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot(out_dir: Path, learner: agents.Learner, log: pd.DataFrame, valid_log: pd.DataFrame,
-         per_episode: pd.DataFrame, summary: pd.DataFrame) -> None:
-    """learning_curve.png (training return, the learner's own panels, validation JCT when
-    there is one; one line per run), comparison.png (mean JCT ± CI per scheduler),
-    jct_cdf.png (the distribution over episodes of each scheduler's mean JCT)."""
+         per_episode: pd.DataFrame, summary: pd.DataFrame, valid_baselines: dict | None = None) -> None:
+    """learning_curve.png (``learning_curve``), comparison.png (mean JCT ± CI per
+    scheduler), jct_cdf.png (the distribution over episodes of each scheduler's mean JCT)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     agent_name = learner.name
-    panels = 1 + len(learner.panels) + (1 if len(valid_log) else 0)
-    fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 3.5))
-    for run, curve in log.groupby("run") if "run" in log else [(0, log)]:
-        label = f"run {run}"
-        axes[0].plot(curve["env_steps"], curve["return"], marker=".", label=label)
-        for ax, (field, *_) in zip(axes[1:], learner.panels):
-            ax.plot(curve["env_steps"], curve[field], label=label)
-    axes[0].set(xlabel="env steps", ylabel="episode return", title="training return")
-    for ax, (_, ylabel, title, yscale) in zip(axes[1:], learner.panels):
-        ax.set(xlabel="env steps", ylabel=ylabel, yscale=yscale, title=title)
-    if len(valid_log):
-        for run, curve in valid_log.groupby("run"):
-            axes[-1].plot(curve["update"], curve["valid_jct_s"], marker="o", label=f"run {run}")
-        axes[-1].set(xlabel="updates", ylabel="mean JCT (s)", title="validation episodes")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    fig = learning_curve(learner, log, valid_log, valid_baselines)
     fig.savefig(out_dir / "learning_curve.png", dpi=120)
     plt.close(fig)
 
@@ -722,7 +773,11 @@ def main(argv=None, prog: str = "python -m jaxsched.train") -> int:
             + f".\n\nTraining throughput: {throughput['env_steps_per_s']:.0f} env steps/s, "
             f"{throughput['updates_per_s']:.1f} updates/s, {run.train.num_seeds} runs together "
             f"({throughput['backend']}).\n")
-        plot(out_dir, run.learner, log, valid_log, per_episode, summary)
+        baselines_valid = validation_baselines(run, summary, name) if run.train.valid_episodes else {}
+        if baselines_valid:
+            pd.DataFrame({"scheduler": list(baselines_valid), "valid_jct_s": list(baselines_valid.values())}).to_csv(
+                out_dir / "valid_baselines.csv", index=False)
+        plot(out_dir, run.learner, log, valid_log, per_episode, summary, baselines_valid)
         first = run.learner.paired_metrics[0]  # the learner's headline metric (JCT; DRR: fragmentation rate)
         plots.paired(paired[first], name, out_dir / "paired.png", PAIRED_TITLES.get(first, first))
         info.update(eval=eval_info)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from jaxsched import plots
+from jaxsched import agents, plots
 from jaxsched import train as train_lib
 
 
@@ -24,3 +24,27 @@ def test_paired_plot_draws_each_baseline_and_skips_an_empty_frame(tmp_path, monk
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert sorted(labels) == ["first-fit", "sjf"] and labels[0] == "first-fit"  # most negative first
     assert plots.paired(paired.iloc[:0], "agent", tmp_path / "empty.png") is None
+
+
+def test_learning_curve_starts_untrained_with_heuristic_lines_and_no_empty_panel():
+    learner = agents.get("gnn-ddqn")
+    updates = np.array([10, 20, 30])
+    # Loaded episodes: no training episode ends, so every return is NaN; the reward per step is not.
+    log = pd.DataFrame({"update": np.tile(updates, 2), "run": np.repeat([0, 1], 3), "env_steps": np.tile(updates, 2) * 8,
+                        "return": np.nan, "reward_per_step": [-3.0, -2.5, -2.0, -3.1, -2.7, -2.2],
+                        **{field: 1.0 for field, *_ in learner.panels}})
+    valid = pd.DataFrame({"update": np.tile([0, 20, 30], 2), "env_steps": np.tile([0, 160, 240], 2),
+                          "run": np.repeat([0, 1], 3), "seed": np.repeat([0, 1], 3),
+                          "valid_jct_s": [120.0, 110.0, 104.0, 121.0, 112.0, 106.0]})
+    levels = {"first-fit": 118.0, "sjf": 105.0, "hops (best heuristic)": 103.0}
+    fig = train_lib.learning_curve(learner, log, valid, levels)
+    first, second = fig.axes[:2]
+    runs = [line for line in first.lines if line.get_label().startswith("run")]
+    assert [line.get_xdata()[0] for line in runs] == [0, 0]  # every run's curve starts at the untrained agent
+    assert first.get_xlabel() == "env steps"
+    drawn = {line.get_label(): line.get_ydata()[0] for line in first.lines if not line.get_label().startswith("run")}
+    assert drawn == levels
+    assert "reward" in second.get_title() and np.isfinite(second.lines[0].get_ydata()).all()
+    assert len(fig.axes) == 2 + len(learner.panels)
+    with_returns = train_lib.learning_curve(learner, log.assign(**{"return": -100.0}), valid.iloc[:0])
+    assert with_returns.axes[0].get_title() == "training return" and len(with_returns.axes) == 1 + len(learner.panels)

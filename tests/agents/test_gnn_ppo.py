@@ -86,10 +86,12 @@ def trained(tmp_path_factory):
     return run, folder, train_lib.train(run, folder / "whole", show_progress=False)
 
 
-def test_ppo_resume_after_interruption_reproduces_uninterrupted_run(trained):
+def test_ppo_resume_after_interruption_reproduces_uninterrupted_run(trained, capfd):
     run, folder, whole = trained
     train_lib.train(run, folder / "cut", show_progress=False, stop_after=100)  # "interrupted"
+    capfd.readouterr()
     resumed = train_lib.train(run, folder / "cut", resume=True, show_progress=False)
+    assert "WARNING" not in capfd.readouterr().err  # nothing was lost (a run that never validates has no valid_log)
     _leaves_equal(resumed.runners, whole.runners)
     cols = ["update", "return", *gnn_ppo.LOG_FIELDS]
     np.testing.assert_array_equal(resumed.log[cols].to_numpy(), whole.log[cols].to_numpy())

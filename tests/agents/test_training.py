@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from jaxsched import evaluate as ev
 from jaxsched import experiment
 from jaxsched import train as train_lib
 from jaxsched.agents import checkpoint, training
@@ -129,7 +130,8 @@ def test_max_train_s_ends_training_after_the_chunk_that_passes_it_validated_and_
                    "train.checkpoint_every=20")
     cut = train_lib.train(run, tmp_path / "cut", show_progress=False, max_train_s=0.0)
     assert np.asarray(cut.runners.update).tolist() == [10, 10]
-    assert sorted(set(cut.valid_log["update"])) == [10] and int(cut.selection.update) == 10
+    # Validated before training (the untrained agent, never kept) and at the time limit.
+    assert sorted(set(cut.valid_log["update"])) == [0, 10] and int(cut.selection.update) == 10
     mgr = checkpoint.manager(tmp_path / "cut" / "checkpoints")
     assert list(mgr.all_steps()) == [10]
     mgr.close()
@@ -178,8 +180,10 @@ def test_validation_keeps_the_agent_with_the_lowest_validation_jct(tmp_path):
                    "train.checkpoint_every=20")
     trained = train_lib.train(run, tmp_path / "two", show_progress=False)
     valid = trained.valid_log
-    assert sorted(set(zip(valid["update"], valid["run"]))) == [(u, r) for u in (20, 40, 60) for r in (0, 1)]
-    best = valid.loc[valid.valid_jct_s.idxmin()]
+    assert sorted(set(zip(valid["update"], valid["run"]))) == [(u, r) for u in (0, 20, 40, 60) for r in (0, 1)]
+    assert (valid["env_steps"] == valid["update"] * run.train.num_envs).all()  # GNN-DDQN: one step per env per update
+    trained_rows = valid[valid["update"] > 0]  # the untrained agent (update 0) is measured, never kept
+    best = trained_rows.loc[trained_rows.valid_jct_s.idxmin()]
     sel = trained.selection
     assert (int(sel.run), int(sel.update)) == (int(best["run"]), int(best["update"]))
     # Replaying the kept agent on the validation episodes gives the JCT it was kept for.
@@ -295,3 +299,16 @@ def test_agent_queue_order_is_the_window_it_trains_and_is_evaluated_on():
     assert trainer.scheduler.env_config(fifo_run.base.env).queue_order == "fifo"
     with pytest.raises(ValueError, match="queue_order"):
         tiny_run('agent.queue_order="lifo"')
+
+
+def test_learning_curve_lines_are_the_heuristics_on_the_validation_episodes():
+    run = tiny_run("train.valid_episodes=4", "train.valid_seed=9")
+    summary = pd.DataFrame({"scheduler": ["gnn-ddqn", "first-fit", "sjf", "hops"], "jct_mean": [1.0, 9.0, 5.0, 7.0]})
+    levels = train_lib.validation_baselines(run, summary, "gnn-ddqn")
+    assert list(levels) == ["first-fit", "sjf (best heuristic)"]  # the agent's own row is never the best heuristic
+    # The episodes of the validation points: eval.episodes and eval.seed replaced by train's.
+    config = dataclasses.replace(run.base, eval=dataclasses.replace(run.base.eval, episodes=4, seed=9))
+    jobs, params, max_steps, keys, _ = experiment.episodes(config, experiment.build_nodes(config))
+    for name in ("first-fit", "sjf"):
+        frame, _ = ev.run_scheduler(name, config, params, jobs, keys, max_steps)
+        assert levels[name if name == "first-fit" else "sjf (best heuristic)"] == pytest.approx(frame["jct_mean"].mean())
