@@ -1,0 +1,43 @@
+"""scripts/budget_curve.py: budgets in whole chunks, one row per budget, and --resume."""
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.agents.tiny import COMMON, GNN_PPO
+from tests.settings import extended
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "budget_curve.py"
+spec = importlib.util.spec_from_file_location("budget_curve", SCRIPT)
+budget_curve = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(budget_curve)
+
+
+def test_budgets_round_up_to_whole_chunks():
+    # 32 env steps per update, chunks of 10 updates (320 env steps)
+    assert budget_curve.budget_updates([1, 320, 321, 1e4], 32, 10) == [10, 20, 320]
+    assert budget_curve.budget_updates([640, 600], 32, 10) == [20]  # one budget, not two
+
+
+@pytest.mark.parametrize("learner", [extended(GNN_PPO, id="gnn-ppo")])
+def test_one_row_per_budget_and_resume_continues_the_run(learner, tmp_path, capsys):
+    sets = [f"--set={s}" for s in [*COMMON, *learner, "eval.episodes=4", "eval.batch_size=4"]]
+    first = ["--out", str(tmp_path), "--label", "tiny", "--baseline", "sjf", *sets]
+    # tiny PPO: 8 envs x 4 steps = 32 env steps per update, chunks of 10 updates
+    assert budget_curve.main([*first, "--budgets", "300"]) == 0
+    rows = pd.read_csv(tmp_path / "budget.csv")
+    assert rows["updates"].tolist() == [10] and rows["env_steps"].tolist() == [320]
+    assert budget_curve.main([*first, "--budgets", "300,700"]) == 2  # rows exist: --resume or another label
+    assert "--resume" in capsys.readouterr().err
+    assert budget_curve.main([*first, "--budgets", "300,700", "--resume"]) == 0
+    rows = pd.read_csv(tmp_path / "budget.csv")
+    assert rows["updates"].tolist() == [10, 30]
+    assert rows["train_s"].is_monotonic_increasing
+    log = pd.read_csv(tmp_path / "runs" / "tiny" / "train_log.csv")
+    assert log["update"].tolist() == [10, 20, 30]  # continued from update 10, not restarted
+    for _, row in rows.iterrows():  # the paired difference and its CI agree with the means
+        assert row["ci95_lo_pct"] <= row["diff_pct"] <= row["ci95_hi_pct"]
+        assert row["diff_pct"] == pytest.approx(100 * (row["agent_jct_s"] / row["baseline_jct_s"] - 1), abs=1e-3)
+    assert (tmp_path / "budget_curve.png").stat().st_size > 0
