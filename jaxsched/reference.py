@@ -537,8 +537,8 @@ class ReferenceSim:
         """Whether the flat ``action`` is legal now (semantics.md, Actions)."""
         action = int(action)
         K, N = self.K, self.N
-        if self.done or action < 0 or action > actions.wait(K, N):
-            return False
+        if self.done or self._rounds() or action < 0 or action > actions.wait(K, N):
+            return False  # (with rounds, decisions are priorities: step_round)
         if actions.is_place(action, K, N):
             return bool(self.place_mask()[actions.place_slot_node(action, N)])
         if actions.is_reject(action, K, N):
