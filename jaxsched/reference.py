@@ -16,6 +16,9 @@ Typical use::
     while not sim.done:
         sim.step(heuristic_action(sim, "best-fit"))
     out = sim.results()
+
+With rounds (``RefConfig(round_s=...)``, semantics.md "Preemption and rounds") a round
+policy gives priorities instead: ``sim.step_round(ROUND_POLICIES["las"](sim))``.
 """
 
 from __future__ import annotations
@@ -706,26 +709,33 @@ class ReferenceSim:
         for pos, j in enumerate(order):
             if self._in_segment(j) or len(self.running) >= self.config.running_capacity:
                 continue  # a running job keeps its nodes; a full running set takes no job
-            released = []  # lower-priority running jobs, given back (in thought) until j fits
-            for v in reversed([v for v in order[pos + 1:] if self._in_segment(v)]):
-                if self._first_fit_node(j) >= 0:
-                    break
-                self._give_back(v)
-                released.append(v)
-            node = self._first_fit_node(j)
-            if node < 0:
-                for v in released:
-                    self._take_back(v)
-                continue
-            touched = {n for v in released for n, *_ in self.parts[v]}
-            self._place(j, node)
-            for v in reversed(released):  # in priority order
-                if self._parts_free(v):
-                    self._take_back(v)
-                else:
-                    self._preempt(v, given_back=True)
-            for n in touched | {n for n, *_ in self.parts[j]}:  # F_n once the what-if is over
-                self.frag_node[n] = self._node_frag(n)
+            self._place_preempting(j, [v for v in order[pos + 1:] if self._in_segment(v)])
+
+    def _place_preempting(self, j: int, lower: list[int]) -> None:
+        """Place queued job j first-fit, after giving back (in thought) the running jobs of
+        ``lower`` (lower priority, in priority order), the last first, until it fits; those
+        whose resources it then took are preempted, the others take theirs back. Nothing
+        changes if it fits nowhere even with all of them given back."""
+        released = []
+        for v in reversed(lower):
+            if self._first_fit_node(j) >= 0:
+                break
+            self._give_back(v)
+            released.append(v)
+        node = self._first_fit_node(j)
+        if node < 0:
+            for v in released:
+                self._take_back(v)
+            return
+        touched = {n for v in released for n, *_ in self.parts[v]}
+        self._place(j, node)
+        for v in reversed(released):  # in priority order
+            if self._parts_free(v):
+                self._take_back(v)
+            else:
+                self._preempt(v, given_back=True)
+        for n in touched | {n for n, *_ in self.parts[j]}:  # F_n once the what-if is over
+            self.frag_node[n] = self._node_frag(n)
 
     def _first_fit_node(self, j: int) -> int:
         """The round's placement rule: the lowest-index node job j fits (as the anchor, for a
@@ -818,7 +828,7 @@ class ReferenceSim:
         return np.float32(np.inf)
 
     def _next_event_s(self) -> np.float32:
-        """Time of the next event (completion, arrival or pass), +inf when none is left."""
+        """Time of the next event (completion, arrival, pass or round), +inf when none is left."""
         t_next = min(self._next_resched_s(), self._next_round_s())
         if self.running:
             t_next = min(t_next, self.running[0][0])
@@ -1069,12 +1079,8 @@ class ReferenceSim:
         }
         metrics["migration_gpu_s"] = self.migration_gpu_s
         preemptions = np.array(self.preemptions, np.int32)
-        metrics["preemptions"] = int(preemptions.sum())
-        metrics["preemptions_per_job"] = float(preemptions[measured].mean()) if measured.any() else 0.0
-        # Restart costs of the closed segments, and of the running ones up to now.
-        metrics["restart_gpu_s"] = self.restart_gpu_s + sum(
-            self._gpus(j) * min(float(self.seg_cost_s[j]), float(t_end) - float(self.seg_start_s[j]))
-            for j in range(self.J) if self._in_segment(j))
+        if self._rounds():  # (the env has no rounds yet: without them, its metrics and these agree)
+            metrics.update(self._preemption_metrics(preemptions, measured, t_end))
         metrics.update(self._job_metrics(arrival_s, start_s, end_s, finished_mask & measured, static))
         jct = lambda mask: float((end_s[mask] - arrival_s[mask]).astype(np.float64).mean()) if mask.any() else 0.0  # noqa: E731
         metrics["time_in_system_mean"] = 0.0 if static else jct(left)
@@ -1099,6 +1105,16 @@ class ReferenceSim:
             "segments": [list(seg) for seg in self.segments],
             "metrics": metrics,
         }
+
+    def _preemption_metrics(self, preemptions, measured, t_end) -> dict:
+        """preemptions, preemptions_per_job (over the measured jobs) and restart_gpu_s (the
+        restart costs of the closed segments, and of the running ones up to ``t_end``)."""
+        restart_gpu_s = self.restart_gpu_s + sum(
+            self._gpus(j) * min(float(self.seg_cost_s[j]), float(t_end) - float(self.seg_start_s[j]))
+            for j in range(self.J) if self._in_segment(j))
+        return {"preemptions": int(preemptions.sum()),
+                "preemptions_per_job": float(preemptions[measured].mean()) if measured.any() else 0.0,
+                "restart_gpu_s": restart_gpu_s}
 
     def _job_metrics(self, arrival_s, start_s, end_s, mask, static: bool) -> dict:
         """Statistics over the jobs of ``mask`` (the measured jobs that finished), and the

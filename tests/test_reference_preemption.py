@@ -236,7 +236,9 @@ def test_round_s_zero_leaves_every_result_as_it_was(policy):
                 "preemptions", "attained_s", "attained_gpu_s"):
         np.testing.assert_array_equal(default[key], costly[key], err_msg=key)
     assert default["metrics"] == costly["metrics"]
-    assert default["metrics"]["preemptions"] == 0 and default["metrics"]["restart_gpu_s"] == 0
+    assert not default["preemptions"].any()
+    # Without rounds the metrics are today's, key for key (the env's have no preemption yet).
+    assert not {"preemptions", "preemptions_per_job", "restart_gpu_s"} & set(default["metrics"])
     finished = np.isfinite(default["end_s"]) & (default["outcome"] == 1)
     np.testing.assert_allclose(default["attained_s"][finished],
                                (default["end_s"] - default["start_s"])[finished], rtol=1e-6)
