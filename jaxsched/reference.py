@@ -16,6 +16,9 @@ Typical use::
     while not sim.done:
         sim.step(heuristic_action(sim, "best-fit"))
     out = sim.results()
+
+With rounds (``RefConfig(round_s=...)``, semantics.md "Preemption and rounds") a round
+policy gives priorities instead: ``sim.step_round(ROUND_POLICIES["las"](sim))``.
 """
 
 from __future__ import annotations
@@ -64,14 +67,30 @@ class RefConfig:
     max_span: int = 1
     gang_rule: str = "consolidate"  # "consolidate" | "spread"
     spread_penalty: float = 1.0
+    # Preemption and rounds (semantics.md, "Preemption and rounds"): a round every round_s
+    # seconds (0: none, decisions are event-driven as before), where a round policy's
+    # priorities decide which jobs run; a job restarting after a preemption first pays
+    # restart_overhead_s[i] wall seconds, i = how many of the thresholds restart_above_gpus
+    # its GPU count exceeds (one cost and no threshold: a constant; a number is read as one).
+    round_s: float = 0.0
+    restart_overhead_s: tuple = (0.0,)
+    restart_above_gpus: tuple = ()
 
     @classmethod
     def like(cls, config) -> "RefConfig":
         """The RefConfig with the same-named settings as ``config`` (e.g. an env's
-        ``EnvConfig``, read by attribute so this module imports nothing from the env)."""
-        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+        ``EnvConfig``, read by attribute so this module imports nothing from the env).
+        The settings of rounds and preemption, which the env does not have yet, keep their
+        defaults (off) when ``config`` lacks them."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)
+                      if f.name not in ROUND_SETTINGS or hasattr(config, f.name)})
 
     def __post_init__(self):
+        if isinstance(self.restart_overhead_s, (int, float)):  # a constant cost
+            object.__setattr__(self, "restart_overhead_s", (float(self.restart_overhead_s),))
+        object.__setattr__(self, "restart_overhead_s", tuple(self.restart_overhead_s))
+        object.__setattr__(self, "restart_above_gpus", tuple(self.restart_above_gpus))
+        costs, above = self.restart_overhead_s, self.restart_above_gpus
         checks = (
             (self.mode in ("dynamic", "static"), f"mode {self.mode!r}"),
             (self.queue_order in ("fifo", "sjf", "edf"), f"queue_order {self.queue_order!r}"),
@@ -84,10 +103,23 @@ class RefConfig:
             (self.max_span == 1 or self.mode == "dynamic", "max_span > 1 in static mode"),
             (self.gang_rule in ("consolidate", "spread"), f"gang_rule {self.gang_rule!r}"),
             (0 < self.spread_penalty < math.inf, f"spread_penalty {self.spread_penalty}"),
+            (0 <= self.round_s < math.inf, f"round_s {self.round_s} (a finite number >= 0; 0 = no rounds)"),
+            (self.round_s == 0 or self.mode == "dynamic", "round_s > 0 in static mode"),
+            (self.round_s == 0 or self.resched_interval_s == 0,
+             "round_s > 0 with resched_interval_s > 0 (rounds and rescheduling passes do not mix)"),
+            (len(costs) >= 1 and all(0 <= c < math.inf for c in costs),
+             f"restart_overhead_s {costs} (finite numbers >= 0)"),
+            (len(above) == len(costs) - 1 and all(b >= 0 for b in above)
+             and all(a < b for a, b in zip(above, above[1:])),
+             f"restart_above_gpus {above} (one threshold fewer than restart_overhead_s, increasing, >= 0)"),
         )
         for ok, what in checks:
             if not ok:
                 raise ValueError(f"RefConfig: bad {what}")
+
+
+# RefConfig's settings the env does not have yet (RefConfig.like leaves them off).
+ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus")
 
 
 class _Job(NamedTuple):
@@ -272,6 +304,10 @@ class ReferenceSim:
         self.done = False
         interval = np.float32(config.resched_interval_s)
         self.next_resched_s = np.float32(self.time_s + interval) if interval > 0 else np.float32(np.inf)
+        # Rounds: the first at t0, then every round_s (float32 sums); round_due: a round's
+        # event was processed at this instant and waits for its priorities (step_round).
+        self.next_round_s = np.float32(self.time_s) if config.round_s > 0 else np.float32(np.inf)
+        self.round_due = False
 
         self.outcome = [OUTCOME_NONE] * self.J
         self.node = [-1] * self.J
@@ -282,8 +318,21 @@ class ReferenceSim:
         # The records of a gang's other parts (nodes, GPU bits), in its list order.
         self.span_node = [[-1] * (config.max_span - 1) for _ in range(self.J)]
         self.span_bits = [[0] * (config.max_span - 1) for _ in range(self.J)]
-        self.start_s = [np.float32(np.inf)] * self.J
-        self.end_s = [np.float32(np.inf)] * self.J
+        self.start_s = [np.float32(np.inf)] * self.J  # the first start
+        self.end_s = [np.float32(np.inf)] * self.J  # the end of the job's current (or last) run
+        # Preemption (semantics.md, "Preemption and rounds"): a job runs in segments; the
+        # current one began at seg_start_s, does work from run_from_s on (after its restart
+        # cost seg_cost_s) at seg_speed, and remaining_s (reference-speed seconds, float32)
+        # is the work left when it began. Closed segments: (start, run_from, stop, speed).
+        self.remaining_s = [job.work_s for job in self.jobs]
+        self.seg_start_s = [np.float32(np.inf)] * self.J
+        self.run_from_s = [np.float32(np.inf)] * self.J
+        self.seg_speed = [np.float32(1)] * self.J
+        self.seg_cost_s = [np.float32(0)] * self.J  # restart cost of the current segment (0: none)
+        self.segments: list[list[tuple]] = [[] for _ in range(self.J)]
+        self.attained_s = [np.float32(0)] * self.J  # wall seconds held, closed segments
+        self.preemptions = [0] * self.J
+        self.restart_gpu_s = 0.0  # GPU-seconds of the restart costs of closed segments
 
         self.decisions = 0
         self.invalid_actions = 0
@@ -465,9 +514,10 @@ class ReferenceSim:
         return self.config.mode == "static" or len(self.running) < self.config.running_capacity
 
     def place_mask(self) -> np.ndarray:
-        """[K, N] bool: slot k holds a job that fits node n, and the running set has room."""
+        """[K, N] bool: slot k holds a job that fits node n, and the running set has room
+        (none with rounds: a round policy acts through ``step_round`` alone)."""
         mask = np.zeros((self.K, self.N), bool)
-        if self.done or not self._running_has_room():
+        if self.done or not self._running_has_room() or self._rounds():
             return mask
         for k, j in enumerate(self.window()):
             for n in range(self.N):
@@ -490,8 +540,8 @@ class ReferenceSim:
         """Whether the flat ``action`` is legal now (semantics.md, Actions)."""
         action = int(action)
         K, N = self.K, self.N
-        if self.done or action < 0 or action > actions.wait(K, N):
-            return False
+        if self.done or self._rounds() or action < 0 or action > actions.wait(K, N):
+            return False  # (with rounds, decisions are priorities: step_round)
         if actions.is_place(action, K, N):
             return bool(self.place_mask()[actions.place_slot_node(action, N)])
         if actions.is_reject(action, K, N):
@@ -506,6 +556,8 @@ class ReferenceSim:
 
     def step(self, action: int) -> None:
         """Apply one flat action (place / reject / wait); no-op once the episode is done."""
+        if self._rounds():
+            raise ValueError("RefConfig.round_s > 0: decisions are rounds, use step_round")
         if self.done:
             return
         action = int(action)
@@ -527,7 +579,6 @@ class ReferenceSim:
         self._advance()
 
     def _place(self, j: int, n: int) -> None:
-        job = self.jobs[j]
         if self._may_span(j) and not self._fits_alone(j, n):  # a gang: a part on each node
             for i, g in self._gang_parts(j, n):
                 whole = [x for x in self.gpus_of[i] if self.free_milli[i][x] == GPU_MILLI]
@@ -539,23 +590,196 @@ class ReferenceSim:
         self.gpu_bits[j] = sum(1 << g for g in self.parts[j][0][1])
         for s, (i, gpus, *_) in enumerate(self.parts[j][1:]):
             self.span_node[j][s], self.span_bits[j][s] = i, sum(1 << g for g in gpus)
-        self.start_s[j] = self.time_s
+        first_start = not np.isfinite(self.start_s[j])
+        if first_start:
+            self.start_s[j] = self.time_s
         if self.config.mode == "static":
             self.end_s[j] = np.float32(np.inf)  # no departures: held forever
-        elif job.num_gpu > 0:
-            speed = min(self.type_speed[i][job.job_type] for i, *_ in self.parts[j])
-            if len(self.parts[j]) > 1:
-                speed = np.float32(speed * np.float32(self.config.spread_penalty))
-            self.end_s[j] = np.float32(self.time_s + job.work_s / speed)
         else:
-            self.end_s[j] = np.float32(self.time_s + job.work_s)
-        self._remove_from_queue(j)
-        self.placed += 1
+            self._begin_segment(j, np.float32(0) if first_start else self._restart_cost(j))
+        self._remove_from_queue(j, waited=first_start)
+        self.placed += first_start
         self._end_reservation(j)
         if self.config.mode == "dynamic":
             heapq.heappush(self.running, (self.end_s[j], j))
             if len(self.running) == self.config.running_capacity:
                 self.running_full = True
+
+    def _speed_now(self, j: int) -> np.float32:
+        """The speed running job j works at on its parts: its type's speed, the slowest part's
+        times spread_penalty for a gang; 1.0 for a CPU-only job."""
+        job = self.jobs[j]
+        if job.num_gpu == 0:
+            return np.float32(1)
+        speed = min(self.type_speed[i][job.job_type] for i, *_ in self.parts[j])
+        if len(self.parts[j]) > 1:
+            speed = np.float32(speed * np.float32(self.config.spread_penalty))
+        return speed
+
+    def _restart_cost(self, j: int) -> np.float32:
+        """restart_overhead_s[i], i = how many thresholds of restart_above_gpus job j's GPU
+        count exceeds."""
+        cfg = self.config
+        return np.float32(cfg.restart_overhead_s[sum(self.jobs[j].num_gpu > b for b in cfg.restart_above_gpus)])
+
+    def _begin_segment(self, j: int, cost_s: np.float32) -> None:
+        """Job j starts a run segment now on its parts: ``cost_s`` wall seconds without work,
+        then its remaining work at its speed: ``end = (t + cost) + remaining / speed`` (float32;
+        CPU-only: ``(t + cost) + remaining``). With no cost and all its work left this is the
+        run time of semantics.md, "Resources and fit"."""
+        speed = self._speed_now(j)
+        self.seg_start_s[j], self.seg_speed[j], self.seg_cost_s[j] = self.time_s, speed, cost_s
+        self.run_from_s[j] = np.float32(self.time_s + cost_s)
+        if self.jobs[j].num_gpu > 0:
+            self.end_s[j] = np.float32(self.run_from_s[j] + self.remaining_s[j] / speed)
+        else:
+            self.end_s[j] = np.float32(self.run_from_s[j] + self.remaining_s[j])
+
+    def _remaining_now(self, j: int) -> np.float32:
+        """Job j's work left now (reference-speed seconds): ``(end - t) * speed`` once its
+        restart cost is paid, else the work left when its segment began (float32)."""
+        if self._in_segment(j) and self.time_s >= self.run_from_s[j]:
+            return np.float32(np.float32(self.end_s[j] - self.time_s) * self.seg_speed[j])
+        return self.remaining_s[j]
+
+    def _end_segment(self, j: int) -> None:
+        """Close running job j's segment now: its attained service and restart cost grow by
+        what it held since the segment began; its remaining work is what is left now."""
+        t = self.time_s
+        self.remaining_s[j] = np.float32(0) if t >= self.end_s[j] else self._remaining_now(j)
+        self.segments[j].append((self.seg_start_s[j], self.run_from_s[j], t, self.seg_speed[j]))
+        self.attained_s[j] = np.float32(self.attained_s[j] + np.float32(t - self.seg_start_s[j]))
+        restart_s = min(float(self.seg_cost_s[j]), float(t) - float(self.seg_start_s[j]))
+        self.restart_gpu_s += self._gpus(j) * restart_s
+        self.seg_start_s[j] = self.run_from_s[j] = np.float32(np.inf)
+
+    def _gpus(self, j: int) -> float:
+        """GPUs job j holds: num_gpu * gpu_milli / 1000 (0 for CPU-only)."""
+        job = self.jobs[j]
+        return job.num_gpu * job.gpu_milli / GPU_MILLI
+
+    def attained_now(self, j: int) -> tuple[np.float32, np.float32]:
+        """Job j's attained service now, (seconds, GPU-seconds): the wall seconds it has held
+        its resources, the running segment included, and that times its GPUs (float32)."""
+        attained = self.attained_s[j]
+        if self._in_segment(j):
+            attained = np.float32(attained + np.float32(self.time_s - self.seg_start_s[j]))
+        gpus = np.float32(self.jobs[j].num_gpu * self.jobs[j].gpu_milli) / np.float32(GPU_MILLI)
+        return attained, np.float32(attained * gpus)
+
+    def remaining_now(self, j: int) -> np.float32:
+        """Job j's work left now, in reference-speed seconds (an oracle: policies that know
+        job sizes read it)."""
+        return self._remaining_now(j)
+
+    def _in_segment(self, j: int) -> bool:
+        """Job j is running (dynamic mode): its segment is open."""
+        return bool(np.isfinite(self.seg_start_s[j]))
+
+    # ------------------------------------------------------------------ rounds and preemption
+
+    def step_round(self, priority) -> None:
+        """Decide the round due now (semantics.md, "Preemption and rounds"): ``priority`` is
+        a float per job ([J]; read for queued and running jobs only), higher runs first,
+        ties to the lower job index; NaN or -inf holds a job back (a running one is
+        preempted). No-op once the episode is done."""
+        if not self._rounds():
+            raise ValueError("step_round needs RefConfig.round_s > 0")
+        if self.done:
+            return
+        if not self.round_due:
+            raise ValueError("no round is due now")
+        priority = [np.float32(p) for p in np.asarray(priority, np.float32).reshape(-1)]
+        if len(priority) != self.J:
+            raise ValueError(f"priority has {len(priority)} entries, the episode has {self.J} jobs")
+        self.decisions += 1
+        self._allocate_round(priority)
+        self.round_due = False
+        self._advance()
+
+    def _allocate_round(self, priority: list) -> None:
+        """Held running jobs are preempted; then the queued and running jobs, by priority,
+        each keep their nodes (running) or are placed first-fit (queued), preempting the
+        lowest-priority running jobs still to come in the order when nothing else fits."""
+        held = [not p > -np.inf for p in priority]  # NaN or -inf
+        for j in sorted(j for _, j in self.running if held[j]):
+            self._preempt(j)
+        order = sorted((j for j in self.queue + [j for _, j in self.running] if not held[j]),
+                       key=lambda j: (-priority[j], j))
+        for pos, j in enumerate(order):
+            if self._in_segment(j) or len(self.running) >= self.config.running_capacity:
+                continue  # a running job keeps its nodes; a full running set takes no job
+            self._place_preempting(j, [v for v in order[pos + 1:] if self._in_segment(v)])
+
+    def _place_preempting(self, j: int, lower: list[int]) -> None:
+        """Place queued job j first-fit, after giving back (in thought) the running jobs of
+        ``lower`` (lower priority, in priority order), the last first, until it fits; those
+        whose resources it then took are preempted, the others take theirs back. Nothing
+        changes if it fits nowhere even with all of them given back."""
+        released = []
+        for v in reversed(lower):
+            if self._first_fit_node(j) >= 0:
+                break
+            self._give_back(v)
+            released.append(v)
+        node = self._first_fit_node(j)
+        if node < 0:
+            for v in released:
+                self._take_back(v)
+            return
+        touched = {n for v in released for n, *_ in self.parts[v]}
+        self._place(j, node)
+        for v in reversed(released):  # in priority order
+            if self._parts_free(v):
+                self._take_back(v)
+            else:
+                self._preempt(v, given_back=True)
+        for n in touched | {n for n, *_ in self.parts[j]}:  # F_n once the what-if is over
+            self.frag_node[n] = self._node_frag(n)
+
+    def _first_fit_node(self, j: int) -> int:
+        """The round's placement rule: the lowest-index node job j fits (as the anchor, for a
+        gang) with the current free resources; -1 if none."""
+        return next((n for n in range(self.N) if self._fits(j, n)), -1)
+
+    def _parts_free(self, j: int) -> bool:
+        """Every part of running job j (its GPUs, milli-cores, MiB) is free now."""
+        return all(all(self.free_milli[n][g] >= self.jobs[j].gpu_milli for g in gpus)
+                   and self.free_cpu[n] >= cpu and self.free_mem[n] >= mem
+                   for n, gpus, cpu, mem in self.parts[j])
+
+    def _take_back(self, j: int) -> None:
+        """Running job j takes its parts again after ``_give_back`` (free lists only)."""
+        for n, gpus, cpu, mem in self.parts[j]:
+            for g in gpus:
+                self.free_milli[n][g] -= self.jobs[j].gpu_milli
+            self.free_cpu[n] -= cpu
+            self.free_mem[n] -= mem
+
+    def _preempt(self, j: int, given_back: bool = False) -> None:
+        """Suspend running job j now: it leaves its resources (already given back in thought
+        when ``given_back``), keeps the work it has left, and rejoins the queue in its
+        discipline's order (never dropped)."""
+        self._end_segment(j)
+        if given_back:
+            nodes = [n for n, *_ in self.parts[j]]
+            self.parts[j] = []
+            for n in nodes:
+                self.frag_node[n] = self._node_frag(n)
+        else:
+            self._release(j)
+        self.running.remove((self.end_s[j], j))
+        heapq.heapify(self.running)
+        self.end_s[j] = np.float32(np.inf)
+        self.preemptions[j] += 1
+        self._enqueue(j)
+
+    def _enqueue(self, j: int) -> None:
+        """Job j joins the queue after every queued job with key <= its key."""
+        key = self._queue_key(j)
+        i = bisect.bisect_right(self.queue_keys, key)
+        self.queue.insert(i, j)
+        self.queue_keys.insert(i, key)
 
     def _reject(self, j: int) -> None:
         self._remove_from_queue(j)
@@ -573,8 +797,9 @@ class ReferenceSim:
         job = self.jobs[j]
         return job.num_gpu * job.gpu_milli / GPU_MILLI * float(job.work_s)
 
-    def _remove_from_queue(self, j: int) -> None:
-        self.waiting_work -= self._gpu_work(j)
+    def _remove_from_queue(self, j: int, waited: bool = True) -> None:
+        if waited:  # it waited from arrival until now (its first start, or its rejection)
+            self.waiting_work -= self._gpu_work(j)
         i = self.queue.index(j)
         del self.queue[i]
         del self.queue_keys[i]
@@ -587,6 +812,15 @@ class ReferenceSim:
             return self.jobs[j].work_s
         return self.jobs[j].deadline_s
 
+    def _rounds(self) -> bool:
+        return self.config.round_s > 0
+
+    def _next_round_s(self) -> np.float32:
+        """Time of the next round: +inf when off or when no job is queued, running or to come."""
+        if self.queue or self.running or self.next_arrival < self.J_valid:
+            return self.next_round_s
+        return np.float32(np.inf)
+
     def _next_resched_s(self) -> np.float32:
         """Time of the next rescheduling pass: +inf when off or when no other event is left."""
         if self.running or self.next_arrival < self.J_valid:
@@ -594,8 +828,8 @@ class ReferenceSim:
         return np.float32(np.inf)
 
     def _next_event_s(self) -> np.float32:
-        """Time of the next event (completion, arrival or pass), +inf when none is left."""
-        t_next = self._next_resched_s()
+        """Time of the next event (completion, arrival, pass or round), +inf when none is left."""
+        t_next = min(self._next_resched_s(), self._next_round_s())
         if self.running:
             t_next = min(t_next, self.running[0][0])
         if self.next_arrival < self.J_valid:
@@ -639,26 +873,35 @@ class ReferenceSim:
         """Process events until a decision point or the end (semantics.md, Clock and events)."""
         while True:
             t_next = self._next_event_s()
-            no_event_left = not self.running and self.next_arrival >= self.J_valid
+            # (With rounds a queued job waits for the next round: an event still to come.)
+            no_event_left = not self.running and self.next_arrival >= self.J_valid and not (
+                self._rounds() and self.queue)
             if t_next > self.time_s or no_event_left:
                 # Every event at the current instant has been processed.
                 self._reserve()
                 if self._measured_jobs_left():
                     self.done = True
                     return
-                if self._is_decision_point():
+                if self.round_due and not (self.queue or self.running):
+                    self.round_due = False  # an empty round: nothing to decide
+                if self._is_decision_point() or self.round_due:
                     return
                 if no_event_left:
                     self.done = True
                     return
                 self._move_clock(t_next)
-            # Process exactly one event at time t: completions, then arrivals, then a pass.
+            # Process exactly one event at time t: completions, then arrivals, then a pass or
+            # a round.
             if self.running and self.running[0][0] <= self.time_s:
                 _, j = heapq.heappop(self.running)
+                self._end_segment(j)
                 self._release(j)
                 self.measure_open -= self._measured(j)
             elif self.next_arrival < self.J_valid and self.jobs[self.next_arrival].arrival_s <= self.time_s:
                 self._arrive_dynamic()
+            elif self._rounds():
+                self.round_due = True  # decided at the boundary, by step_round
+                self.next_round_s = np.float32(self.next_round_s + np.float32(self.config.round_s))
             else:
                 self._reschedule()
 
@@ -675,7 +918,7 @@ class ReferenceSim:
         last job (anywhere, if the window is not full) gets one once it has waited
         reserve_after_s: the node where it fits first as the running jobs end."""
         cfg = self.config
-        if not (cfg.backfill and math.isfinite(cfg.reserve_after_s)) or self.resv_job >= 0:
+        if not (cfg.backfill and math.isfinite(cfg.reserve_after_s)) or self.resv_job >= 0 or self._rounds():
             return
         window = self.window()
         ahead = self.queue if len(window) < self.K else self.queue[: self.queue.index(window[-1])]
@@ -720,11 +963,7 @@ class ReferenceSim:
         if len(self.queue) >= self.config.queue_capacity:
             self.dropped_overflow += 1
             return
-        key = self._queue_key(j)
-        # After every queued job with key <= its key: the queue stays sorted by (key, index).
-        i = bisect.bisect_right(self.queue_keys, key)
-        self.queue.insert(i, j)
-        self.queue_keys.insert(i, key)
+        self._enqueue(j)  # the queue stays sorted by (key, index)
         self.measure_open += self._measured(j)
 
     def _reschedule(self) -> None:
@@ -761,6 +1000,7 @@ class ReferenceSim:
         fgd = cfg.resched_target == "fgd"  # first the top FGD score for j, then allocation
         d = max(dests, key=lambda d: (_fgd_score(self, j, d) if fgd else 0, self._alloc840(d), -self.node_rank[d]))
         job, end = self.jobs[j], self.end_s[j]
+        self._end_segment(j)  # its run here stops; a new segment begins on d after the pause
 
         self._release(j)
         gpus = self._choose_gpus(j, d, "fgd" if fgd else "best-fit")  # whatever the config's GPU rule
@@ -771,6 +1011,9 @@ class ReferenceSim:
         speed = [row[job.job_type] for row in self.type_speed]  # the job's type's speeds
         new_end = np.float32(np.float32(t + pause) + np.float32(np.float32((end - t) * speed[s]) / speed[d]))
         self.end_s[j] = new_end
+        self.remaining_s[j] = np.float32(np.float32(end - t) * speed[s])  # the rule above, kept as it was
+        self.seg_start_s[j], self.run_from_s[j], self.seg_cost_s[j] = t, np.float32(t + pause), np.float32(0)
+        self.seg_speed[j] = speed[d]
         self.running.remove((end, j))
         self.running.append((new_end, j))
         heapq.heapify(self.running)
@@ -835,6 +1078,9 @@ class ReferenceSim:
             "migrations": self.migrations,
         }
         metrics["migration_gpu_s"] = self.migration_gpu_s
+        preemptions = np.array(self.preemptions, np.int32)
+        if self._rounds():  # (the env has no rounds yet: without them, its metrics and these agree)
+            metrics.update(self._preemption_metrics(preemptions, measured, t_end))
         metrics.update(self._job_metrics(arrival_s, start_s, end_s, finished_mask & measured, static))
         jct = lambda mask: float((end_s[mask] - arrival_s[mask]).astype(np.float64).mean()) if mask.any() else 0.0  # noqa: E731
         metrics["time_in_system_mean"] = 0.0 if static else jct(left)
@@ -850,8 +1096,25 @@ class ReferenceSim:
             "span_bits": np.array(self.span_bits, np.int32).reshape(self.J, -1),
             "start_s": start_s,
             "end_s": end_s,
+            # Preemption (semantics.md, "Preemption and rounds"): times each job was
+            # preempted, its attained service now (seconds held, and GPU-seconds), and its
+            # closed run segments, [(start, run_from, stop, speed)] (the reference's record).
+            "preemptions": preemptions,
+            "attained_s": np.array([self.attained_now(j)[0] for j in range(self.J)], np.float32),
+            "attained_gpu_s": np.array([self.attained_now(j)[1] for j in range(self.J)], np.float32),
+            "segments": [list(seg) for seg in self.segments],
             "metrics": metrics,
         }
+
+    def _preemption_metrics(self, preemptions, measured, t_end) -> dict:
+        """preemptions, preemptions_per_job (over the measured jobs) and restart_gpu_s (the
+        restart costs of the closed segments, and of the running ones up to ``t_end``)."""
+        restart_gpu_s = self.restart_gpu_s + sum(
+            self._gpus(j) * min(float(self.seg_cost_s[j]), float(t_end) - float(self.seg_start_s[j]))
+            for j in range(self.J) if self._in_segment(j))
+        return {"preemptions": int(preemptions.sum()),
+                "preemptions_per_job": float(preemptions[measured].mean()) if measured.any() else 0.0,
+                "restart_gpu_s": restart_gpu_s}
 
     def _job_metrics(self, arrival_s, start_s, end_s, mask, static: bool) -> dict:
         """Statistics over the jobs of ``mask`` (the measured jobs that finished), and the
@@ -1336,6 +1599,31 @@ WINDOW_RULES = {
 }
 
 
+# ---------------------------------------------------------------------- round policies
+#
+# semantics.md, "Preemption and rounds": at a round a policy gives every job a priority
+# (higher runs first; the env breaks ties by job index, i.e. by arrival). Only queued and
+# running jobs' entries are read.
+
+
+def _las_priority(sim: ReferenceSim) -> list:
+    """las, least attained service: the fewest GPU-seconds held so far first (a job that
+    has not run yet has 0). CPU-only jobs hold no GPU, so they always come first."""
+    return [-sim.attained_now(j)[1] for j in range(sim.J)]
+
+
+def _srtf_priority(sim: ReferenceSim) -> list:
+    """srtf, shortest remaining time first, from the oracle remaining work (reference-speed
+    seconds, ``remaining_now``)."""
+    return [-sim.remaining_now(j) for j in range(sim.J)]
+
+
+ROUND_POLICIES = {
+    "las": _las_priority,
+    "srtf": _srtf_priority,
+}
+
+
 def heuristic_action(sim: ReferenceSim, policy: str) -> int:
     """Flat action of the deterministic heuristic scheduler ``policy`` (SPEC.md).
 
@@ -1361,15 +1649,25 @@ def heuristic_action(sim: ReferenceSim, policy: str) -> int:
 
 def run(cluster, jobs, frag_classes, config: RefConfig,
         policy: str | Callable[[ReferenceSim], int] = "first-fit",
-        max_steps: int = 100_000, node_rank=None) -> dict:
+        max_steps: int = 100_000, node_rank=None,
+        round_policy: str | Callable[[ReferenceSim], list] | None = None) -> dict:
     """Run one episode to done (or ``max_steps`` decisions) and return ``results()``.
 
     ``policy`` is a heuristic name (see ``heuristic_action``) or a callable sim -> action.
+    With rounds (``config.round_s > 0``) ``round_policy`` decides instead: a name of
+    ``ROUND_POLICIES`` or a callable sim -> [J] priorities (see ``ReferenceSim.step_round``).
     """
     sim = ReferenceSim(cluster, jobs, frag_classes, config, node_rank=node_rank)
-    choose = policy if callable(policy) else (lambda s: heuristic_action(s, policy))
+    if config.round_s > 0:
+        if round_policy is None:
+            raise ValueError(f"round_s > 0 needs a round_policy; known: {sorted(ROUND_POLICIES)}")
+        prioritise = round_policy if callable(round_policy) else ROUND_POLICIES[round_policy]
+        decide = lambda s: s.step_round(prioritise(s))  # noqa: E731
+    else:
+        choose = policy if callable(policy) else (lambda s: heuristic_action(s, policy))
+        decide = lambda s: s.step(choose(s))  # noqa: E731
     for _ in range(max_steps):
         if sim.done:
             break
-        sim.step(choose(sim))
+        decide(sim)
     return sim.results()
