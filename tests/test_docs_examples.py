@@ -8,7 +8,6 @@ counted, so a page cannot opt out by accident of the fence language.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
