@@ -17,6 +17,8 @@ best-fit score, then rank:
                  run time x (1 + p x GPUs held x max(0, speed / 0.8 - 1)); CPU-only jobs'
                  run time does not depend on the node, so they go by best-fit. p = 0 is
                  "fastest" for GPU jobs only
+  sjf-priced-p   priced-p on sjf's window (the queue least work first): the hand rule with the
+                 view the GNN-DDQN preset's agent has (``[agent] queue_order = "sjf"``)
 
 It also reports the GPU allocation over the measurement window (``gpu_alloc``) beside the
 offered load rho.
@@ -35,6 +37,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 
 from jaxsched import compile_cache
 from jaxsched import cluster as cl
@@ -90,6 +93,14 @@ def priced(params, obs, key, price):
 
 RULES = {"fastest": fastest, "long-fast": long_fast, "fractional-fast": fractional_fast,
          "priced-0": functools.partial(priced, price=0.0), "priced-1": functools.partial(priced, price=1.0)}
+SJF_RULES = {"sjf-priced-0": RULES["priced-0"], "sjf-priced-1": RULES["priced-1"]}  # on sjf's queue order
+
+
+def _paired_pct(jct, base) -> str:
+    """Mean of jct - base over the episodes, in % of base's mean, with its 95% CI."""
+    diff = 100 * (jct - base) / base.mean()
+    half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
+    return f"{diff.mean():+.1f}% [{diff.mean() - half:+.1f}%, {diff.mean() + half:+.1f}%]"
 
 
 def main(argv=None) -> int:
@@ -107,8 +118,10 @@ def main(argv=None) -> int:
     jobs, params, max_steps, env_keys, _ = experiment.episodes(config, nodes)
     rho = float(np.mean(report.offered_load(jobs, cl.work_capacity(nodes))))
     runs = [(name, policies.get(name).policy, ClusterEnv(policies.get(name).env_config(config.env)))
-            for name in ("first-fit", "hops")]
+            for name in ("first-fit", "hops", "sjf")]
     runs += [(name, rule, ClusterEnv(config.env)) for name, rule in RULES.items()]
+    sjf_env = ClusterEnv(policies.get("sjf").env_config(config.env))  # the window shows least work first
+    runs += [(name, rule, sjf_env) for name, rule in SJF_RULES.items()]
     rows = {}
     for name, policy, env in runs:
         t0 = time.perf_counter()
@@ -118,20 +131,19 @@ def main(argv=None) -> int:
                       float(np.mean(metrics["queue_delay_mean"])),
                       float(np.mean(metrics["gpu_alloc"])))
         print(f"{name}: mean JCT {rows[name][0].mean():,.0f} s ({time.perf_counter() - t0:.1f} s)")
-    base = rows["first-fit"][0]
     lines = [f"Command: `python scripts/placement_headroom.py --episodes {args.episodes}` "
              f"({config.cluster.preset_nodes} nodes, {args.episodes} held-out episodes of "
-             f"`{args.config}`, offered load rho {rho:.2f})", "",
-             "| rule | mean JCT (s) | vs first-fit, 95% CI | queue delay (s) | GPU allocation (measured) |",
-             "|---|---:|---|---:|---:|"]
+             f"`{args.config}`, offered load rho {rho:.2f}); per episode: `{Path(args.out).stem}_per_episode.csv`",
+             "", "| rule | mean JCT (s) | vs first-fit, 95% CI | vs sjf, 95% CI | queue delay (s) "
+             "| GPU allocation (measured) |", "|---|---:|---|---|---:|---:|"]
     for name, (jct, delay, alloc) in rows.items():
-        diff = 100 * (jct - base) / base.mean()
-        half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
-        lines.append(f"| {name} | {jct.mean():,.0f} | {diff.mean():+.1f}% [{diff.mean() - half:+.1f}%, "
-                     f"{diff.mean() + half:+.1f}%] | {delay:.1f} | {alloc:.2f} |")
+        lines.append(f"| {name} | {jct.mean():,.0f} | {_paired_pct(jct, rows['first-fit'][0])} "
+                     f"| {_paired_pct(jct, rows['sjf'][0])} | {delay:.1f} | {alloc:.2f} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
+    per_episode = pd.DataFrame({"episode": np.arange(args.episodes)} | {name: row[0] for name, row in rows.items()})
+    per_episode.to_csv(out.with_name(f"{out.stem}_per_episode.csv"), index=False, float_format="%.6g")
     print("\n".join(lines))
     return 0
 
