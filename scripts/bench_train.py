@@ -2,8 +2,11 @@
 time split between the env, acting, replay and gradient steps, and a sweep over the env batch
 and the learners' own knobs, all measured side by side in one process.
 
-    python scripts/bench_train.py                  # about 10 minutes on 2 cores
-    python scripts/bench_train.py --quick          # the presets only, no sweep
+    python scripts/bench_train.py                  # 30 minutes on the shared 2-core machine
+    python scripts/bench_train.py --quick          # the presets only, no sweep: about half
+
+Most of the time is compiling (each setting's training program takes 1.5-2.5 minutes at
+load 4-7); ``--sweep`` with fewer names, or none, shortens it.
 
 Each learner (``jaxsched.agents.LEARNERS``) runs from its CPU preset at 64 nodes
 (configs/gnn_ddqn.toml, configs/gnn_ppo.toml, configs/drr_64.toml) as one training run
