@@ -72,6 +72,38 @@ def env_config(agent: ddqn.AgentConfig, config):
     return dataclasses.replace(config, queue_order=agent.queue_order) if agent.queue_order else config
 
 
+def make_optimiser(agent: ddqn.AgentConfig):
+    """The online network's optimiser: adam after global-norm clipping."""
+    return optax.chain(optax.clip_by_global_norm(agent.max_grad_norm), optax.adam(agent.lr))
+
+
+def make_buffer(agent: ddqn.AgentConfig, num_envs: int):
+    """The replay buffer of ``num_envs`` envs' streams (a flashbax ``TrajectoryBuffer``):
+    ``add`` takes one step of every env (a time axis of 1), ``sample`` gives ``batch_size``
+    runs of n + 1 consecutive steps."""
+    # flashbax's flat buffer generalised to runs of n + 1 steps: the sizes the flat buffer
+    # derived from (max_length=buffer_size, min_length=max(learning_starts // num_envs, 2)),
+    # so n = 1 is that buffer. Learning itself waits for ``learning_starts`` (``can_learn``).
+    n = agent.n_step
+    return fbx.make_trajectory_buffer(
+        max_length_time_axis=agent.buffer_size // num_envs,
+        min_length_time_axis=max(max(agent.learning_starts // num_envs, 2) // num_envs + 1, n + 1),
+        add_batch_size=num_envs, sample_batch_size=agent.batch_size,
+        sample_sequence_length=n + 1, period=1)
+
+
+def sample_batch(buffer, buffer_state, key, agent: ddqn.AgentConfig, env_params: EnvParams) -> dict:
+    """A batch of n-step transitions from replay (``make_buffer``): ``obs`` and ``next_obs``
+    (Observation [B], n steps apart, static parts restored), ``action``, ``reward`` (the
+    n-step return, cut at the first episode end), ``done``, each [B]."""
+    n = agent.n_step
+    run = buffer.sample(buffer_state, key).experience  # [batch, n + 1, ...]
+    reward, done = ddqn.n_step_return(run["reward"][:, :n], run["done"][:, :n], agent.gamma)
+    return {"obs": restore_static(jax.tree.map(lambda x: x[:, 0], run["obs"]), env_params),
+            "action": run["action"][:, 0], "reward": reward, "done": done,
+            "next_obs": restore_static(jax.tree.map(lambda x: x[:, n], run["obs"]), env_params)}
+
+
 def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.SyntheticConfig | Jobs,
                agent: ddqn.AgentConfig, config: training.TrainConfig) -> training.Trainer:
     """Build the pure training functions for one env, cluster, workload and config
@@ -81,16 +113,9 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         raise ValueError(f"agent.buffer_size = {agent.buffer_size}: must hold at least n_step + 1 = "
                          f"{agent.n_step + 1} steps of each of the {num_envs} envs")
     reset_envs = training.make_reset(env, env_params, workload, config)
-    optimiser = optax.chain(optax.clip_by_global_norm(agent.max_grad_norm), optax.adam(agent.lr))
-    # flashbax's flat buffer generalised to runs of n + 1 steps: the sizes the flat buffer
-    # derived from (max_length=buffer_size, min_length=max(learning_starts // num_envs, 2)),
-    # so n = 1 is that buffer. Learning itself waits for ``learning_starts`` (``can_learn``).
+    optimiser = make_optimiser(agent)
     n = agent.n_step
-    buffer = fbx.make_trajectory_buffer(
-        max_length_time_axis=agent.buffer_size // num_envs,
-        min_length_time_axis=max(max(agent.learning_starts // num_envs, 2) // num_envs + 1, n + 1),
-        add_batch_size=num_envs, sample_batch_size=agent.batch_size,
-        sample_sequence_length=n + 1, period=1)
+    buffer = make_buffer(agent, num_envs)
 
     # The graphdef is static: build it once from an example observation, abstractly (an
     # eager network init compiled ~100 one-operation programs in every first run).
@@ -108,11 +133,7 @@ def make_train(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
                       ep_return=jnp.zeros(num_envs), update=jnp.int32(0), key=key)
 
     def learn(runner: Runner, key):
-        run = buffer.sample(runner.buffer, key).experience  # [batch, n + 1, ...]
-        reward, done = ddqn.n_step_return(run["reward"][:, :n], run["done"][:, :n], agent.gamma)
-        batch = {"obs": restore_static(jax.tree.map(lambda x: x[:, 0], run["obs"]), env_params),
-                 "action": run["action"][:, 0], "reward": reward, "done": done,
-                 "next_obs": restore_static(jax.tree.map(lambda x: x[:, n], run["obs"]), env_params)}
+        batch = sample_batch(buffer, runner.buffer, key, agent, env_params)
         (loss, q_mean), grads = jax.value_and_grad(ddqn.td_loss, has_aux=True)(
             runner.params, runner.target_params, graphdef, agent, batch, agent.gamma ** n)
         updates, opt_state = optimiser.update(grads, runner.opt_state, runner.params)
