@@ -215,7 +215,7 @@ class RoundsMixin:
             return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j).any()
 
         fits0 = self._fit_row_free(walk, jobs, cluster, j).any()
-        _, freed, released, fits = jax.lax.while_loop(
+        last, freed, released, fits = jax.lax.while_loop(
             lambda c: (c[0] >= 0) & ~c[3], release,
             (jnp.where(place, k - 1, -1), walk, jnp.zeros(k, bool), fits0))
         fit_row = self._fit_row_free(freed, jobs, cluster, j)
@@ -232,7 +232,7 @@ class RoundsMixin:
                              num_running=w.num_running - lost,
                              preempted=w.preempted.at[v].set(w.preempted[v] | lost))
 
-        placed = jax.lax.fori_loop(0, k, settle, placed)
+        placed = jax.lax.fori_loop(last + 1, k, settle, placed)  # the released: entries last+1 .. k-1
         return jax.tree.map(lambda new, old: jnp.where(ok, new, old), placed, walk)
 
     def _fit_row_free(self, walk: Walk, jobs: Jobs, cluster, j):

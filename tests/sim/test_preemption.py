@@ -178,3 +178,16 @@ def test_without_rounds_the_state_keeps_no_segments():
     state, _ = env.reset(jax.random.key(0), to_device(EnvParams(cluster, ONE_GPU_CLASS)), to_device(jobs))
     assert state.segments is None and state.core.rounds is None
     assert "preemptions" not in env.metrics(state, to_device(EnvParams(cluster, ONE_GPU_CLASS)))
+
+
+def test_registry_gives_round_policies_rounds_and_flat_schedulers_none():
+    """las and srtf run with the run's rounds (Gavel's 360 s when it sets none); a flat
+    scheduler's env has no rounds even when the run sets them; a round policy cannot warm up
+    a run or teach DRR."""
+    from jaxsched import policies
+    assert policies.get("las").env_config(EnvConfig()).round_s == policies.ROUND_S
+    assert policies.get("srtf").env_config(EnvConfig(round_s=120.0)).round_s == 120.0
+    assert policies.get("first-fit").env_config(EnvConfig(round_s=120.0)).round_s == 0.0
+    assert "las" not in policies.flat_names() and "first-fit" in policies.flat_names()
+    with pytest.raises(ValueError, match="eval.warmup_scheduler 'srtf' is a round policy"):
+        policies.get_flat("srtf", "eval.warmup_scheduler")
