@@ -146,7 +146,7 @@ def test_rounds_conserve_work_and_resources_in_the_env(cluster, jobs, seed):
         remaining = now
     seg = state.segments
     finished = (np.asarray(state.end_s) <= float(state.core.time_s)) & np.asarray(jobs.valid)
-    done_work = (np.asarray(state.end_s) - np.asarray(seg.run_from_s))[finished] * np.asarray(seg.seg_speed)[finished]
+    done_work = (np.asarray(state.end_s)[finished] - np.asarray(seg.run_from_s)[finished]) * np.asarray(seg.seg_speed)[finished]
     np.testing.assert_allclose(done_work, np.asarray(seg.remaining_s)[finished], rtol=1e-4, atol=1e-2)
     assert (np.asarray(seg.remaining_s) <= np.asarray(jobs.work_s) * (1 + 1e-6)).all()
 
