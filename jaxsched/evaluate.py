@@ -48,6 +48,7 @@ from jaxsched import compile_cache, experiment, outputs, policies, report
 from jaxsched.errors import DataError
 from jaxsched.rollout import TURNS, rollout_timeline, sharded_rollout
 from jaxsched.sim.env import ClusterEnv
+from jaxsched.sim.rounds import attained_now
 from jaxsched.types import EnvParams
 
 
@@ -66,6 +67,10 @@ def _compiled_rollout(env: ClusterEnv, policy, max_steps: int, turns: int | None
         state, metrics = sharded_rollout(env, policy, policy_params, params, jobs, keys, max_steps, turns)
         records = {f: getattr(state, f) if hasattr(state, f) else getattr(state.core, f)
                    for f in report.RECORD_FIELDS}
+        if env.config.rounds:  # per job: preemptions and attained service (report.ROUND_FIELDS)
+            attained_s, attained_gpu_s = jax.vmap(attained_now)(state)
+            records.update(preemptions=state.segments.preemptions, attained_s=attained_s,
+                           attained_gpu_s=attained_gpu_s)
         return metrics, records
     return jax.jit(run)
 
@@ -82,9 +87,11 @@ def _scheduler(sched: str | policies.Scheduler) -> policies.Scheduler:
 def scheduler_policy(sched: str | policies.Scheduler, config: cfg_lib.Config):
     """A scheduler's policy (a registry name, or a ``Scheduler`` such as a trained agent's),
     after ``eval.warmup_scheduler``'s warm-up if set."""
-    policy = _scheduler(sched).policy
+    sched = _scheduler(sched)
     warmup = config.eval.warmup_scheduler
-    return policies.warmed_up(policy, policies.get(warmup).policy) if warmup else policy
+    if not warmup or sched.round_policy:  # (a round policy plays its warm-up itself)
+        return sched.policy
+    return policies.warmed_up(sched.policy, policies.get_flat(warmup, "eval.warmup_scheduler").policy)
 
 
 def run_scheduler(sched: str | policies.Scheduler, config: cfg_lib.Config, params: EnvParams, jobs,
@@ -93,7 +100,8 @@ def run_scheduler(sched: str | policies.Scheduler, config: cfg_lib.Config, param
     a trained agent's (``policy_params``: its network parameters), through the same rollout.
 
     Returns (per-episode metrics frame, records): records holds ``report.RECORD_FIELDS`` of
-    the final states as host arrays with a leading [E] axis (for the per-job schedule).
+    the final states as host arrays with a leading [E] axis (for the per-job schedule), and
+    with rounds ``report.ROUND_FIELDS`` too.
     """
     sched = _scheduler(sched)
     env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
@@ -112,7 +120,7 @@ def run_scheduler(sched: str | policies.Scheduler, config: cfg_lib.Config, param
             progress.update(hi - lo)
     out = pd.concat(frames, ignore_index=True)
     out.insert(0, "scheduler", sched.name)
-    return out, {k: np.concatenate([r[k] for r in records]) for k in report.RECORD_FIELDS}
+    return out, {k: np.concatenate([r[k] for r in records]) for k in records[0]}
 
 
 def run_timeline(name: str, config: cfg_lib.Config, params: EnvParams, jobs, env_keys,

@@ -80,8 +80,8 @@ class RefConfig:
     def like(cls, config) -> "RefConfig":
         """The RefConfig with the same-named settings as ``config`` (e.g. an env's
         ``EnvConfig``, read by attribute so this module imports nothing from the env).
-        The settings of rounds and preemption, which the env does not have yet, keep their
-        defaults (off) when ``config`` lacks them."""
+        The settings of rounds and preemption keep their defaults (off) when ``config`` lacks
+        them (a config of an older env, or any object without them)."""
         return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)
                       if f.name not in ROUND_SETTINGS or hasattr(config, f.name)})
 
@@ -118,7 +118,7 @@ class RefConfig:
                 raise ValueError(f"RefConfig: bad {what}")
 
 
-# RefConfig's settings the env does not have yet (RefConfig.like leaves them off).
+# RefConfig's settings of rounds (RefConfig.like leaves them off when a config lacks them).
 ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus")
 
 
@@ -588,6 +588,9 @@ class ReferenceSim:
         self.outcome[j] = OUTCOME_PLACED
         self.node[j] = n
         self.gpu_bits[j] = sum(1 << g for g in self.parts[j][0][1])
+        # A restart after a preemption overwrites the last placement's records, unused parts too.
+        self.span_node[j] = [-1] * (self.config.max_span - 1)
+        self.span_bits[j] = [0] * (self.config.max_span - 1)
         for s, (i, gpus, *_) in enumerate(self.parts[j][1:]):
             self.span_node[j][s], self.span_bits[j][s] = i, sum(1 << g for g in gpus)
         first_start = not np.isfinite(self.start_s[j])
@@ -1079,7 +1082,7 @@ class ReferenceSim:
         }
         metrics["migration_gpu_s"] = self.migration_gpu_s
         preemptions = np.array(self.preemptions, np.int32)
-        if self._rounds():  # (the env has no rounds yet: without them, its metrics and these agree)
+        if self._rounds():  # (without rounds the metrics are those both simulators had before)
             metrics.update(self._preemption_metrics(preemptions, measured, t_end))
         metrics.update(self._job_metrics(arrival_s, start_s, end_s, finished_mask & measured, static))
         jct = lambda mask: float((end_s[mask] - arrival_s[mask]).astype(np.float64).mean()) if mask.any() else 0.0  # noqa: E731

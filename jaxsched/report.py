@@ -104,6 +104,8 @@ OUTCOMES = ("placed", "rejected", "failed", "dropped", "unfinished")
 RECORD_FIELDS = ("outcome", "node", "gpu_bits", "start_s", "end_s", "unschedulable",
                  "queue", "queue_len", "next_arrival", "time_s", "measure_last", "span_node",
                  "span_bits")
+# With scheduling rounds, per job too: times preempted, and attained service (s, GPU-s) at the end.
+ROUND_FIELDS = ("preemptions", "attained_s", "attained_gpu_s")
 
 
 def num_nodes(node, span_node) -> np.ndarray:
@@ -156,13 +158,15 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_job
     mem_mib, outcome, node (-1 = never placed; a gang's anchor), num_nodes (0 = never placed;
     above 1 for a gang), gpu_bits (bit g = GPU g of the node), start_s, end_s (empty = never started; static mode: never ends; a rejected job: when
     it was rejected), measured (one of the measured jobs: ``warmup_jobs`` .. the episode's
-    ``measure_last``).
+    ``measure_last``); with rounds (``ROUND_FIELDS`` in ``records``) preemptions, attained_s
+    and attained_gpu_s.
     """
     valid = np.asarray(jobs.valid, bool)
     code = job_outcomes(records, valid, static)
     eps, idx = np.nonzero(valid)
     take = lambda x: np.asarray(x)[eps, idx]  # noqa: E731
     finite = lambda x: np.where(np.isfinite(x), x, np.nan)  # noqa: E731
+    rounds = {f: take(records[f]) for f in ROUND_FIELDS if f in records}
     return pd.DataFrame({
         "scheduler": scheduler,
         "episode": eps + first_episode,
@@ -180,6 +184,7 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_job
         "start_s": finite(take(records["start_s"])),
         "end_s": finite(take(records["end_s"])),
         "measured": (idx >= warmup_jobs) & (idx <= np.asarray(records["measure_last"])[eps]),
+        **rounds,
     })
 
 

@@ -62,6 +62,8 @@ def rollout(env: ClusterEnv, policy: Callable, policy_params, env_params: EnvPar
     """
     if turns is not None and not (isinstance(turns, int) and turns >= 1):
         raise ValueError(f"rollout: turns = {turns!r} must be None (stepping) or an integer >= 1")
+    if env.config.rounds:  # a round policy, stepped (``_decide_and_step``)
+        turns = None
     batch = keys.shape[0]
     chunk = default_chunk() if chunk == -1 else chunk
     loop = _rollout_steps if turns is None else functools.partial(_rollout_turns, turns=turns)
@@ -117,8 +119,15 @@ def warm_up_batch(env: ClusterEnv, policy: Callable, env_params: EnvParams, stat
 
 def _decide_and_step(env, policy, policy_params, env_params, step_key, state, obs, t):
     """Decision t of one episode: the policy acts on ``obs`` and the env steps.
-    The key schedule every loop shares: ``fold_in(step_key, t)`` split for policy and env."""
+    The key schedule every loop shares: ``fold_in(step_key, t)`` split for policy and env.
+    With rounds (``EnvConfig.round_s`` > 0) the policy is a round policy,
+    ``policy(params, state, key) -> priority [J]`` (``jaxsched.policies.rounds``), and the env
+    takes the round (``step_round``)."""
     k_policy, k_env = jax.random.split(jax.random.fold_in(step_key, t))
+    if env.config.rounds:
+        priority = policy(policy_params, state, k_policy)
+        state, obs, _, _, _ = env.step_round(k_env, state, priority, env_params)
+        return state, obs
     action = policy(policy_params, obs, k_policy)
     state, obs, _, _, _ = env.step(k_env, state, action, env_params)
     return state, obs

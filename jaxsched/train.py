@@ -538,14 +538,14 @@ def agent_episodes(config: cfg_lib.Config, scheduler: policies.Scheduler):
 
 def evaluate_agent(run: RunConfig, trainer: training.Trainer, params, show_progress: bool = True,
                    baselines: tuple | None = None):
-    """The agent and ``baselines`` (registry names; default every registered scheduler) on the
+    """The agent and ``baselines`` (registry names; default every scheduler of flat actions) on the
     held-out episodes of ``[eval]``.
 
     Returns (per-episode frame, summary frame, info). Same jobs, env keys and rollout as
     ``jaxsched.evaluate`` (``experiment.episodes``).
     """
     config = dataclasses.replace(run.base, eval=dataclasses.replace(
-        run.base.eval, schedulers=tuple(baselines or policies.REGISTRY)))
+        run.base.eval, schedulers=tuple(baselines or policies.flat_names())))
     # Per-episode metrics only: no per-job schedule and no timeline (a second stepped rollout
     # of each baseline, compiled apart: half the main job's compile time), which the main
     # job does not write.

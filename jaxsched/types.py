@@ -189,6 +189,10 @@ class Core:
     measure_open  []      int32    measured jobs that arrived and are queued or running
     acc           sim.metrics.Accumulators
     done          []      bool     the episode has ended
+    rounds        RoundClock when ``EnvConfig.round_s`` > 0 (docs/semantics.md, "Preemption
+                  and rounds"), else None (no leaves: the programs without rounds are unchanged)
+    With rounds the queue holds Q + R slots (a preempted job is never dropped), in no
+    particular order (the round decision reads priorities only), and the window stays empty.
     """
 
     time_s: jax.Array
@@ -225,6 +229,48 @@ class Core:
     measure_open: jax.Array
     acc: "object"
     done: jax.Array
+    rounds: "RoundClock | None" = None
+
+
+@struct.dataclass
+class RoundClock:
+    """The round clock (``Core.rounds``, with rounds only).
+
+    next_round_s []  float32  time of the next round event (the first at t0, then + round_s)
+    due          []  bool     a round event was handled and waits for its priorities
+                              (``ClusterEnv.step_round``); dropped at a boundary with no job
+                              queued or running
+    """
+
+    next_round_s: jax.Array
+    due: jax.Array
+
+
+@struct.dataclass
+class Segments:
+    """Per-job run segments (``SimState.segments``, with rounds only; docs/semantics.md,
+    "Preemption and rounds"). Written by ``step_round`` alone: a completion in the event loop
+    leaves the job's last segment open here (``seg_start_s`` finite, ``end_s <= t``), and the
+    readers close it at ``min(end_s, t)``.
+
+    remaining_s   [J] float32  work left (reference-speed seconds) when the current (or next)
+                               segment began; ``work_s`` until the first start
+    seg_start_s   [J] float32  start of the current (or, once finished, last) segment; +inf
+                               while queued
+    run_from_s    [J] float32  seg_start_s + the restart cost: work is done from here on
+    seg_speed     [J] float32  the speed of the current segment (1.0 for CPU-only jobs)
+    attained_s    [J] float32  wall seconds held over the closed (preempted) segments
+    preemptions   [J] int32    times the job was preempted
+    restart_gpu_s []  float32  GPU-seconds of restart cost over the closed segments
+    """
+
+    remaining_s: jax.Array
+    seg_start_s: jax.Array
+    run_from_s: jax.Array
+    seg_speed: jax.Array
+    attained_s: jax.Array
+    preemptions: jax.Array
+    restart_gpu_s: jax.Array
 
 
 @struct.dataclass
@@ -247,6 +293,7 @@ class SimState:
     jobs       Jobs          this episode's workload (read-only)
     unschedulable [J] bool   the job fits no node even of the empty cluster
     node_rank  [N] int32     per-episode tie-break rank (lower wins)
+    segments   Segments      run segments and preemptions, with rounds only (else None)
     """
 
     core: Core
@@ -260,6 +307,7 @@ class SimState:
     node_rank: jax.Array
     span_node: jax.Array
     span_bits: jax.Array
+    segments: "Segments | None" = None
 
 
 @struct.dataclass

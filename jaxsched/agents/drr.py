@@ -163,8 +163,8 @@ class DRRConfig:
                 bad(field, "must be in [0, 1]")
         if not 0.0 <= float(self.use_advantage_adjustment) <= 1.0:
             bad("use_advantage_adjustment", "is the factor c in [0, 1] (0 = off)")
-        if self.teacher not in policies.REGISTRY:
-            bad("teacher", f"must be a registered scheduler: {sorted(policies.REGISTRY)}")
+        if self.teacher not in policies.flat_names():
+            bad("teacher", f"must be a registered scheduler of flat actions: {sorted(policies.flat_names())}")
 
 
 def env_config(agent: DRRConfig, config):

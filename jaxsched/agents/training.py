@@ -120,7 +120,7 @@ def make_reset(env: ClusterEnv, env_params: EnvParams, workload: synthetic.Synth
         jobs = draw_jobs(k_jobs)
         state, obs = jax.vmap(env.reset, in_axes=(0, None, 0))(jax.random.split(k_env, num_envs), env_params, jobs)
         if config.warmup_scheduler:
-            warm = policies.get(config.warmup_scheduler).policy
+            warm = policies.get_flat(config.warmup_scheduler, "train.warmup_scheduler").policy
             # Each env alone on a CPU, all together on a GPU (``warm_up_batch``).
             state, obs = warm_up_batch(env, warm, env_params, state, obs, jax.random.split(k_warm, num_envs))
         return state, obs

@@ -27,6 +27,7 @@ from jaxsched.policies.gpu_packing import gpu_packing
 from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies.reserving_packing import reserving_packing
+from jaxsched.policies.rounds import las, srtf
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -40,7 +41,10 @@ class Scheduler:
     published interval, ``DRR_RESCHED_INTERVAL_S``); and the rollout loop that runs it
     fastest (``turns``, see ``rollout.rollout``): turn by turn for cheap policies, stepping
     for costly ones (results/bench/rollout_schedule.md); ``env_changes``, any other env
-    settings it needs (a trained agent's rescheduling passes)."""
+    settings it needs (a trained agent's rescheduling passes). ``round_policy``: a round
+    policy (priorities at every round, ``ClusterEnv.step_round``): its env has rounds (the
+    run's ``round_s``, else Gavel's ``ROUND_S``); every other scheduler's env has none
+    (``round_s`` 0: flat actions, event-driven), so one run compares both kinds."""
 
     name: str
     policy: Callable
@@ -51,6 +55,7 @@ class Scheduler:
     rescheduling: bool = False
     turns: int | None = TURNS
     env_changes: tuple = ()  # further (EnvConfig field, value) pairs, e.g. a learner's rescheduling
+    round_policy: bool = False
 
     def env_config(self, config):
         """``config`` (an ``EnvConfig``) with what this scheduler needs applied."""
@@ -61,6 +66,7 @@ class Scheduler:
             changes["track_job_classes"] = True
         if self.rescheduling and not config.rescheduling:
             changes["resched_interval_s"] = DRR_RESCHED_INTERVAL_S
+        changes["round_s"] = (config.round_s or ROUND_S) if self.round_policy else 0.0
         return dataclasses.replace(config, **changes)
 
 
@@ -71,6 +77,9 @@ FGD_TABLE = 64
 # DRR's published ``--re_time``; its ``--re_num 5`` and ``--util_threshold 0.5`` are the
 # EnvConfig defaults (resched_max_moves, resched_util_threshold).
 DRR_RESCHED_INTERVAL_S = 3600.0
+# A round policy's rounds when the run sets none (env.round_s = 0): Gavel's round length
+# (``time_per_iteration``; Blox uses 300 s).
+ROUND_S = 360.0
 
 
 REGISTRY = {
@@ -108,6 +117,12 @@ REGISTRY = {
         Scheduler("hops", hops, "best-fit",
                   "Hops-style: fill GPU fragments smallest first, else latency-ratio fairness "
                   "with speed vs packing weighted by queue pressure", queue_order="fifo"),
+        Scheduler("las", las, "best-fit",
+                  "round policy, least attained (GPU-time) service first; preempts, first-fit",
+                  turns=None, round_policy=True),
+        Scheduler("srtf", srtf, "best-fit",
+                  "round policy, shortest remaining time first (oracle sizes); preempts, first-fit",
+                  turns=None, round_policy=True),
     )
 }
 
@@ -131,3 +146,18 @@ def get(name: str) -> Scheduler:
     if name not in REGISTRY:
         raise KeyError(f"unknown scheduler {name!r}; known: {sorted(REGISTRY)}")
     return REGISTRY[name]
+
+
+def get_flat(name: str, role: str) -> Scheduler:
+    """``get`` for a use that needs flat actions (a warm-up, a teacher: ``role``), refusing a
+    round policy with a one-line error."""
+    sched = get(name)
+    if sched.round_policy:
+        flat = sorted(n for n, s in REGISTRY.items() if not s.round_policy)
+        raise ValueError(f"{role} {name!r} is a round policy; it must take flat actions: one of {flat}")
+    return sched
+
+
+def flat_names() -> tuple:
+    """The registered schedulers that take flat actions (every one but the round policies)."""
+    return tuple(n for n, s in REGISTRY.items() if not s.round_policy)

@@ -9,6 +9,7 @@ is a static jit argument. What each setting means for the simulation: docs/seman
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 
@@ -97,6 +98,14 @@ class EnvConfig:
       node and pass: the most nodes).
     spread_penalty: a gang on more than one node runs at this times its speed (1.0: none;
       Blox uses 0.6-0.9 by model).
+    round_s: seconds between scheduling rounds (0: none, decisions are the event-driven flat
+      actions). Above 0 jobs run in segments and may be preempted: at each round a round
+      policy's priorities decide which jobs run (``ClusterEnv.step_round``; docs/semantics.md,
+      "Preemption and rounds"); ``step`` is refused. Dynamic mode, no rescheduling passes.
+    restart_overhead_s: the restart cost (wall seconds) of a job starting again after a
+      preemption, by GPU count: ``restart_overhead_s[i]``, i = how many of the thresholds
+      ``restart_above_gpus`` the job's num_gpu exceeds (a number: one constant cost).
+    restart_above_gpus: the increasing GPU-count thresholds, one fewer than the costs.
     """
 
     mode: str = "dynamic"
@@ -124,10 +133,19 @@ class EnvConfig:
     max_span: int = 1
     gang_rule: str = "consolidate"
     spread_penalty: float = 1.0
+    round_s: float = 0.0
+    restart_overhead_s: tuple = (0.0,)
+    restart_above_gpus: tuple = ()
 
     def __post_init__(self):
         def bad(field, why):
             raise ValueError(f"EnvConfig.{field} = {getattr(self, field)!r}: {why}")
+
+        # Hashable tuples (a TOML array is a list; a number is one constant cost).
+        costs = self.restart_overhead_s
+        object.__setattr__(self, "restart_overhead_s", tuple(costs) if isinstance(costs, (list, tuple)) else (costs,))
+        if isinstance(self.restart_above_gpus, list):
+            object.__setattr__(self, "restart_above_gpus", tuple(self.restart_above_gpus))
 
         for field, allowed in (("mode", MODES), ("queue_order", QUEUE_ORDERS),
                                ("gpu_rule", GPU_RULES), ("tie_break", TIE_BREAKS),
@@ -177,6 +195,25 @@ class EnvConfig:
             bad("gang_rule", f"must be one of {GANG_RULES}")
         if not (0 < self.spread_penalty and np.isfinite(self.spread_penalty)):
             bad("spread_penalty", "must be a finite number > 0 (1.0: spanning nodes costs nothing)")
+        self._check_rounds(bad)
+
+    def _check_rounds(self, bad):
+        """The settings of "Preemption and rounds" (docs/semantics.md)."""
+        if not (isinstance(self.round_s, numbers.Real) and 0 <= self.round_s < np.inf):
+            bad("round_s", "must be a finite number >= 0 (0 = no rounds)")
+        costs, above = self.restart_overhead_s, self.restart_above_gpus
+        if not (len(costs) >= 1 and all(isinstance(c, numbers.Real) and 0 <= c < np.inf for c in costs)):
+            bad("restart_overhead_s", "must be one or more finite numbers >= 0 (seconds)")
+        if not (isinstance(above, tuple) and len(above) == len(costs) - 1
+                and all(isinstance(b, numbers.Integral) and b >= 0 for b in above)
+                and all(a < b for a, b in zip(above, above[1:]))):
+            bad("restart_above_gpus", "must be increasing integers >= 0, one fewer than restart_overhead_s")
+        if self.rounds and self.static:
+            bad("round_s", "rounds need dynamic mode")
+        if self.rounds and self.rescheduling:
+            bad("round_s", "rounds and rescheduling passes (resched_interval_s > 0) do not mix")
+        if self.rounds and self.track_job_classes:
+            bad("track_job_classes", "is not kept with rounds (no round policy reads it)")
 
     @property
     def static(self) -> bool:
@@ -192,6 +229,11 @@ class EnvConfig:
         return self.resched_interval_s > 0
 
     @property
+    def rounds(self) -> bool:
+        """Scheduling rounds and preemption (``round_s`` > 0)."""
+        return self.round_s > 0
+
+    @property
     def interrupts(self) -> bool:
         """The event loop can stop for a rescheduling pass or a reservation, which run
         outside it (``ClusterEnv._advance``, ``run_interrupt``)."""
@@ -200,4 +242,4 @@ class EnvConfig:
     @property
     def reserving(self) -> bool:
         """Reservations can happen: backfilling, a finite reserve_after_s, dynamic mode."""
-        return self.backfill and np.isfinite(self.reserve_after_s) and not self.static
+        return self.backfill and np.isfinite(self.reserve_after_s) and not self.static and not self.rounds

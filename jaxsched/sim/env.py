@@ -23,6 +23,8 @@ the observation) mixes in one class per concern, each in its own module of ``jax
 - ``reschedule.py``: the periodic migration pass;
 - ``node_state.py``: a node's free resources, the fit test, and what is derived from them
   (fragmentation, the FGD drop table, job classes);
+- ``rounds.py``: scheduling rounds and preemption (``EnvConfig.round_s`` > 0): the round
+  decision (``step_round``), segments, attained service and remaining work;
 - ``gangs.py``: jobs that span nodes (``EnvConfig.max_span`` > 1): capacity, fit with an
   anchor, the gang rule, placing and releasing parts.
 
@@ -47,6 +49,7 @@ from jaxsched.sim.gangs import GangMixin
 from jaxsched.sim.node_state import FGD_TABLE_BLOCK, UNUSED_SHAPE, NodeStateMixin
 from jaxsched.sim.reschedule import RescheduleMixin
 from jaxsched.sim.reservation import ReservationMixin
+from jaxsched.sim.rounds import RoundsMixin
 from jaxsched.sim.window import WINDOW_FIELDS, WindowMixin
 from jaxsched.types import (
     GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED,
@@ -61,7 +64,8 @@ __all__ = ["ClusterEnv", "EnvConfig", "INF", "MODES", "QUEUE_ORDERS", "TIE_BREAK
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, NodeStateMixin, GangMixin):
+class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, NodeStateMixin, GangMixin,
+                 RoundsMixin):
     """Reset/step of one episode; every method is pure and can be jitted and vmapped.
 
     Equal configs give equal (and equally hashed) envs, so ``jit`` with the env as a static
@@ -83,6 +87,7 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         """Start an episode on ``jobs`` and run to the first decision point -> (state, obs)."""
         cfg, cluster = self.config, params.cluster
         num_jobs, q, r = jobs.num_jobs, cfg.queue_capacity, cfg.running_capacity
+        q_slots = q + r if cfg.rounds else q  # with rounds preempted jobs queue too (never dropped)
         free_milli = jnp.where(cluster.gpu_exists, GPU_MILLI, 0).astype(jnp.int32)
         free_cpu = jnp.where(cluster.valid, cluster.cpu_milli, 0)
         free_mem = jnp.where(cluster.valid, cluster.mem_mib, 0)
@@ -110,8 +115,8 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
             frag_node=frag_node,
             max_free=max_free,
             whole_free=whole_free,
-            queue=jnp.full(q, -1, jnp.int32),
-            queue_key=jnp.full(q, INF),
+            queue=jnp.full(q_slots, -1, jnp.int32),
+            queue_key=jnp.full(q_slots, INF),
             queue_len=jnp.int32(0),
             # Static mode: slot 0 is always queue position 0 (one job at a time).
             win_job=jnp.full(k, -1, jnp.int32),
@@ -136,6 +141,7 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
             measure_open=jnp.int32(0),
             acc=metrics.Accumulators.zeros(cluster.num_nodes, t0, free_milli.sum(), frag_node),
             done=jnp.bool_(False),
+            rounds=self._round_clock(t0) if cfg.rounds else None,
         )
         state = SimState(
             core=core,
@@ -149,6 +155,7 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
             node_rank=node_rank,
             span_node=jnp.full((num_jobs, cfg.max_span - 1) if cfg.gangs else (1, 1), -1, jnp.int32),
             span_bits=jnp.zeros((num_jobs, cfg.max_span - 1) if cfg.gangs else (1, 1), jnp.int32),
+            segments=self._no_segments(jobs) if cfg.rounds else None,
         )
         state = self._advance(state, params)
         return state, self.observe(state, params)
@@ -180,8 +187,11 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         """Apply one action and run to the next decision point.
 
         Returns (state, obs, reward, done, info); info holds ``legal`` (the action was legal).
-        Once the episode is done, ``step`` changes nothing and counts nothing.
+        Once the episode is done, ``step`` changes nothing and counts nothing. With rounds
+        (``EnvConfig.round_s`` > 0) there are no flat actions: use ``step_round``.
         """
+        if self.config.rounds:
+            raise ValueError("EnvConfig.round_s > 0: decisions are rounds, use ClusterEnv.step_round")
         live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
         state, cost_s, legal = self.act(key, state, action, params)
         state = self._advance(state, params)
@@ -388,4 +398,7 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
     def metrics(self, state: SimState, params: EnvParams) -> dict:
         """Per-episode metrics (``sim.metrics.summarize``)."""
         cfg = self.config
-        return metrics.summarize(state, params, cfg.static, cfg.track_frag, cfg.warmup_jobs)
+        out = metrics.summarize(state, params, cfg.static, cfg.track_frag, cfg.warmup_jobs)
+        if cfg.rounds:
+            out.update(self.preemption_metrics(state))
+        return out

@@ -82,6 +82,8 @@ class EventsMixin:
         """
         t_next = self._next_event_time(core, state.jobs)
         boundary = t_next > core.time_s
+        if self.config.rounds:
+            return self._check_round_stop(core, t_next, boundary)
         if self.config.reserving:  # first the reservation (the loop stops for it), then the rest
             due, _ = self._reservation_due(state, core, boundary & ~core.resched_due)
             core = core.replace(resv_due=due)
@@ -90,6 +92,19 @@ class EventsMixin:
         measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
         finished = boundary & (((t_next == INF) & ~decision) | measured_left)
         return core.replace(done=core.done | finished), decision | finished | core.resv_due
+
+    def _check_round_stop(self, core: Core, t_next, boundary):
+        """``_check_stop`` with rounds: at a boundary, the end once every measured job has
+        left; else a due round with no job queued or running is dropped, and a due round is
+        the decision point; else the end when no event is left (docs/semantics.md, "The round
+        clock")."""
+        idle = (core.queue_len == 0) & (core.num_running == 0)
+        due = core.rounds.due & ~(boundary & idle)
+        decision = boundary & due
+        measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
+        finished = boundary & (((t_next == INF) & ~decision) | measured_left)
+        core = core.replace(done=core.done | finished, rounds=core.rounds.replace(due=due))
+        return core, decision | finished
 
     def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams, active=True):
         """One loop turn (never at a stop; ``active`` False: no turn, nothing changes): move
@@ -101,7 +116,8 @@ class EventsMixin:
         jobs, cluster = state.jobs, params.cluster
         t_done = self._next_end_time(core)
         t_arrival = self._next_arrival_time(core, jobs)
-        t_resched = self._next_resched_time(core, jobs)
+        # The periodic event: a rescheduling pass, or a round (they do not mix).
+        t_resched = self._next_round_time(core, jobs) if self.config.rounds else self._next_resched_time(core, jobs)
         t_event = jnp.minimum(jnp.minimum(t_done, t_arrival), t_resched)
         core = self._move_clock(core, jnp.where(active, t_event, core.time_s), params)
         completion = active & (t_done <= jnp.minimum(t_arrival, t_resched))
@@ -109,7 +125,7 @@ class EventsMixin:
 
         core, freed = self._complete(state, core, params, completion)
         core = self._arrive_dynamic(state, core, cluster, arrival)
-        if self.config.backfill:
+        if self.config.backfill and not self.config.rounds:  # (with rounds no window)
             # Only the completion's nodes gained: parked jobs can only come back through them
             # (nothing to prune; a gang that fits now fits with one of them as its anchor).
             # After the arrival's write, not before it: a read of the queue ahead of its
@@ -117,6 +133,13 @@ class EventsMixin:
             for n in freed:
                 core = self._rescan(core, jobs, cluster, jnp.maximum(n, 0), completion & (n >= 0))
         due = active & ~completion & ~arrival
+        if self.config.rounds:  # a round event: due now, decided at the boundary
+            clock = core.rounds
+            core = core.replace(rounds=clock.replace(
+                due=clock.due | due,
+                next_round_s=jnp.where(due, clock.next_round_s + jnp.float32(self.config.round_s),
+                                       clock.next_round_s)))
+            return self._check_stop(state, core, params)
         core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), params)
         return core, stop | due
 
@@ -163,13 +186,22 @@ class EventsMixin:
         other_event = (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
         return jnp.where(other_event, core.next_resched_s, INF)
 
+    def _next_round_time(self, core: Core, jobs: Jobs):
+        """Time of the next round; +inf when no job is queued, running or still to come."""
+        some_job = (core.queue_len > 0) | (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
+        return jnp.where(some_job, core.rounds.next_round_s, INF)
+
     def _next_event_time(self, core: Core, jobs: Jobs):
-        """Earliest of the next completion, arrival and rescheduling pass (+inf when none)."""
-        return jnp.minimum(jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs)),
-                           self._next_resched_time(core, jobs))
+        """Earliest of the next completion, arrival and rescheduling pass or round (+inf when none)."""
+        t_next = jnp.minimum(jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs)),
+                             self._next_resched_time(core, jobs))
+        if self.config.rounds:
+            t_next = jnp.minimum(t_next, self._next_round_time(core, jobs))
+        return t_next
 
     def _future_event_exists(self, core: Core, jobs: Jobs):
-        if self.config.static:
+        """A wait is legal: some later event (never with rounds: no flat actions then)."""
+        if self.config.static or self.config.rounds:
             return jnp.bool_(False)
         return (core.num_running > 0) | (self._next_arrival_time(core, jobs) < INF)
 
@@ -243,9 +275,13 @@ class EventsMixin:
         jobs = state.jobs
         j = jnp.minimum(core.next_arrival, jobs.num_jobs - 1)
         unschedulable = state.unschedulable[j]
-        full = core.queue_len >= core.queue.shape[0]
+        full = core.queue_len >= self.config.queue_capacity  # (with rounds the array holds Q + R)
         queued = active & ~unschedulable & ~full
-        core = self._queue_insert(core, jobs, cluster, j, self._queue_key(jobs, j), queued)
+        if self.config.rounds:  # no order, no window: appended
+            core = core.replace(queue=core.queue.at[core.queue_len].set(jnp.where(queued, j, core.queue[core.queue_len])),
+                                queue_len=core.queue_len + queued)
+        else:
+            core = self._queue_insert(core, jobs, cluster, j, self._queue_key(jobs, j), queued)
         acc = core.acc.replace(
             failed=core.acc.failed + (active & unschedulable),
             dropped_overflow=core.acc.dropped_overflow + (active & ~unschedulable & full),

@@ -1,0 +1,403 @@
+"""Scheduling rounds and preemption (``EnvConfig.round_s`` > 0; docs/semantics.md,
+"Preemption and rounds").
+
+At a round the policy gives every job a priority ([J] float32, higher first, ties to the lower
+index; NaN or -inf holds a job back) and ``step_round`` decides which jobs run: held running
+jobs are preempted, then the queued and running jobs are walked in priority order; a running
+job keeps its nodes, a queued one is placed first-fit, releasing (in thought) the running jobs
+after it in the order, the last first, until it fits; those whose resources it then took are
+preempted, the others keep theirs.
+
+The walk works on plain free arrays (``Walk``); the nodes that changed are written back through
+``_set_node`` afterwards (integrals, fragmentation, drop table), the running ring and the queue
+are rebuilt from per-job masks, and the jobs' segments are closed (preempted) and begun
+(started) in one vectorised pass. Completions in the event loop write no per-job record, so a
+finished job's last segment stays open in ``SimState.segments`` (``seg_start_s`` finite,
+``end_s <= t``): ``attained_now`` and ``preemption_metrics`` close it at ``min(end_s, t)``.
+The walk is a loop over the candidates in priority order, each with loops over the R running
+jobs: O(J * R) per round, written for correctness first.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxsched.sim import frag, gangs, resources
+from jaxsched.sim.config import INF
+from jaxsched.sim.reduce import ordered_sum
+from jaxsched.types import GPU_MILLI, OUTCOME_PLACED, EnvParams, Jobs, RoundClock, Segments, SimState
+
+
+@struct.dataclass
+class Walk:
+    """The round decision's working state (``RoundsMixin._decide_round``).
+
+    free_milli [N, G], free_cpu [N], free_mem [N]  the cluster's free resources as the walk
+                                                    goes (released jobs given back in thought)
+    running [J] bool, num_running []                 the jobs running now
+    node, gpu_bits [J]; span_node, span_bits [J, S-1] the jobs' placement records
+    preempted [J] bool   preempted in this round (it may have started again since)
+    started [J] bool     placed in this round (begins a segment)
+    speed [J] float32    the speed of a job started in this round on its new nodes
+    full_seen [] bool    the running set was full after a placement
+    """
+
+    free_milli: jax.Array
+    free_cpu: jax.Array
+    free_mem: jax.Array
+    running: jax.Array
+    num_running: jax.Array
+    node: jax.Array
+    gpu_bits: jax.Array
+    span_node: jax.Array
+    span_bits: jax.Array
+    preempted: jax.Array
+    started: jax.Array
+    speed: jax.Array
+    full_seen: jax.Array
+
+
+def job_gpus(jobs: Jobs):
+    """[J] float32 GPUs each job holds: float32(num_gpu * gpu_milli) / 1000 (0 for CPU-only),
+    a true division, as the reference's: XLA turns a division by a broadcast scalar into a
+    multiplication by its rounded reciprocal, so the divisor is an opaque [J] array."""
+    milli = (jobs.num_gpu * jobs.gpu_milli).astype(jnp.float32)
+    return milli / jax.lax.optimization_barrier(jnp.full_like(milli, GPU_MILLI))
+
+
+def attained_now(state: SimState):
+    """Each job's attained service now -> (attained_s [J], attained_gpu_s [J]) float32: the
+    wall seconds it has held resources (closed segments, and its current or last one up to
+    min(end, t)), and that times its GPUs."""
+    seg, t = state.segments, state.core.time_s
+    open_ = jnp.isfinite(seg.seg_start_s)
+    held_s = jnp.minimum(state.end_s, t) - seg.seg_start_s
+    attained = jnp.where(open_, seg.attained_s + jnp.where(open_, held_s, 0.0), seg.attained_s)
+    return attained, attained * job_gpus(state.jobs)
+
+
+def remaining_now(state: SimState):
+    """[J] float32 each job's work left now (reference-speed seconds): float32(end - t) * speed
+    for a running job past its restart cost, else the work left when its segment began."""
+    seg, t = state.segments, state.core.time_s
+    running = jnp.isfinite(seg.seg_start_s) & (state.end_s > t)
+    past_cost = running & (t >= seg.run_from_s)
+    return jnp.where(past_cost, (state.end_s - t) * seg.seg_speed, seg.remaining_s)
+
+
+class RoundsMixin:
+    """``ClusterEnv``'s rounds (reads ``self.config``; no fields of its own)."""
+
+    def _round_clock(self, t0) -> RoundClock:
+        """The round clock at reset: the first round at t0."""
+        return RoundClock(next_round_s=jnp.asarray(t0, jnp.float32), due=jnp.bool_(False))
+
+    def _no_segments(self, jobs: Jobs) -> Segments:
+        """Segments at reset: nothing run, all work left."""
+        num_jobs = jobs.num_jobs
+        return Segments(
+            remaining_s=jobs.work_s.astype(jnp.float32),
+            seg_start_s=jnp.full(num_jobs, INF),
+            run_from_s=jnp.full(num_jobs, INF),
+            seg_speed=jnp.ones(num_jobs, jnp.float32),
+            attained_s=jnp.zeros(num_jobs, jnp.float32),
+            preemptions=jnp.zeros(num_jobs, jnp.int32),
+            restart_gpu_s=jnp.float32(0.0),
+        )
+
+    def restart_cost_s(self, num_gpu):
+        """float32 restart cost of jobs of ``num_gpu`` GPUs ([...]): restart_overhead_s[i],
+        i = how many of restart_above_gpus the GPU count exceeds."""
+        costs = jnp.asarray(self.config.restart_overhead_s, jnp.float32)
+        above = jnp.asarray(self.config.restart_above_gpus, jnp.int32).reshape(-1)
+        return costs[(jnp.asarray(num_gpu)[..., None] > above).sum(-1)]
+
+    def _segment_cost_s(self, state: SimState):
+        """[J] float32 restart cost of each job's current segment: 0 for its first start."""
+        seg = state.segments
+        return jnp.where(seg.preemptions > 0, self.restart_cost_s(state.jobs.num_gpu), 0.0)
+
+    def preemption_metrics(self, state: SimState) -> dict:
+        """preemptions, preemptions_per_job (the measured jobs') and restart_gpu_s (the
+        restart costs of the closed segments, and of the open ones up to min(end, t))."""
+        seg, jobs, core = state.segments, state.jobs, state.core
+        open_ = jnp.isfinite(seg.seg_start_s)
+        held_s = jnp.where(open_, jnp.minimum(state.end_s, core.time_s) - seg.seg_start_s, 0.0)
+        restart_open = jnp.where(open_, job_gpus(jobs) * jnp.minimum(self._segment_cost_s(state), held_s), 0.0)
+        index = jnp.arange(jobs.num_jobs)
+        measured = jobs.valid & (index >= self.config.warmup_jobs) & (index <= core.measure_last)
+        n_measured = measured.sum(dtype=jnp.int32)
+        per_job = jnp.where(measured, seg.preemptions, 0).sum() / jnp.maximum(n_measured, 1)
+        return {
+            "preemptions": seg.preemptions.sum(dtype=jnp.int32),
+            "preemptions_per_job": jnp.where(n_measured > 0, per_job, 0.0).astype(jnp.float32),
+            "restart_gpu_s": seg.restart_gpu_s + ordered_sum(restart_open),
+        }
+
+    # ----- the round decision -------------------------------------------------------------
+    def step_round(self, key, state: SimState, priority, params: EnvParams):
+        """Decide the round due now with ``priority`` ([J] float32; read for queued and
+        running jobs only) and run to the next round -> (state, obs, reward, done, info),
+        as ``step``. Once the episode is done it changes nothing and counts nothing. The
+        reward is the "in_system" one, -(job-seconds in the system until the next round)."""
+        if not self.config.rounds:
+            raise ValueError("step_round needs EnvConfig.round_s > 0")
+        live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
+        decided = self._decide_round(key, state, jnp.asarray(priority, jnp.float32), params)
+        state = jax.tree.map(lambda new, old: jnp.where(live, new, old), decided, state)
+        state = self._advance(state, params)
+        cost_s = state.core.acc.in_system_integral - in_system_before
+        reward = jnp.where(live, -cost_s * self.config.reward_scale, 0.0)
+        return state, self.observe(state, params), reward, state.core.done, {"legal": jnp.bool_(True)}
+
+    def _decide_round(self, key, state: SimState, priority, params: EnvParams) -> SimState:
+        """The round decision (docs/semantics.md, "The round decision") -> the new state, at
+        the same instant."""
+        cfg, core, jobs = self.config, state.core, state.jobs
+        num_jobs = jobs.num_jobs
+        index = jnp.arange(num_jobs)
+        mark = lambda ids: jnp.zeros(num_jobs, bool).at[jnp.where(ids >= 0, ids, num_jobs)].set(  # noqa: E731
+            True, mode="drop")
+        running0, queued0 = mark(core.run_job), mark(core.queue)
+        held = ~(priority > -jnp.inf)  # NaN or -inf
+        cand = (queued0 | running0) & ~held
+        # Candidates first, by (priority descending, index ascending); 0.0 - p makes -0.0 and
+        # 0.0 one key, as Python's sort sees them.
+        order = jnp.lexsort((index, jnp.where(cand, 0.0 - priority, 0.0), (~cand).astype(jnp.int32))).astype(jnp.int32)
+        position = jnp.zeros(num_jobs, jnp.int32).at[order].set(index.astype(jnp.int32))
+        # The positions of the candidates running now, ascending ([k], num_jobs pads): only
+        # they can be released in thought (a job placed in this walk comes before the rest).
+        k = min(cfg.running_capacity, num_jobs)
+        run_pos = -jax.lax.top_k(jnp.where(running0 & cand, -position, -num_jobs), k)[0]
+
+        walk = Walk(core.free_milli, core.free_cpu, core.free_mem, running0, core.num_running,
+                    state.node, state.gpu_bits, state.span_node, state.span_bits,
+                    jnp.zeros(num_jobs, bool), jnp.zeros(num_jobs, bool), jnp.ones(num_jobs, jnp.float32),
+                    jnp.bool_(False))
+
+        def preempt_held(r, walk):  # 1. held running jobs leave (order does not matter)
+            v = jnp.maximum(core.run_job[r], 0)
+            go = (core.run_job[r] >= 0) & held[v]
+            walk = self._give_back(walk, jobs, params, v, go)
+            return walk.replace(running=walk.running.at[v].set(walk.running[v] & ~go),
+                                num_running=walk.num_running - go,
+                                preempted=walk.preempted.at[v].set(walk.preempted[v] | go))
+
+        walk = jax.lax.fori_loop(0, core.run_job.shape[0], preempt_held, walk)
+
+        def turn(carry):  # 2. the walk, one candidate per turn
+            p, walk = carry
+            j = order[p]
+            place = ~walk.running[j] & (walk.num_running < cfg.running_capacity)
+            return p + 1, self._place_preempting(key, walk, state, params, order, run_pos, p, j, place)
+
+        _, walk = jax.lax.while_loop(lambda c: c[0] < cand.sum(), turn, (jnp.int32(0), walk))
+        return self._apply_round(state, params, walk, running0, queued0)
+
+    def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, order, run_pos, p, j,
+                          place) -> Walk:
+        """Queued job j (position p of ``order``) when ``place``: first-fit, after giving back
+        in thought the running jobs after it in the order, the last first, until it fits; those
+        whose resources it then took are preempted, the others take theirs back. Nothing
+        changes if it fits nowhere even with all of them given back."""
+        jobs, cluster = state.jobs, params.cluster
+        num_jobs, k = jobs.num_jobs, run_pos.shape[0]
+        lower = lambda i: (run_pos[i] > p) & (run_pos[i] < num_jobs)  # noqa: E731
+        at = lambda i: order[jnp.minimum(run_pos[i], num_jobs - 1)]  # noqa: E731
+
+        def release(c):
+            i, w, released, _ = c
+            v = at(i)
+            go = lower(i) & w.running[v]
+            w = self._give_back(w, jobs, params, v, go)
+            return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j).any()
+
+        fits0 = self._fit_row_free(walk, jobs, cluster, j).any()
+        last, freed, released, fits = jax.lax.while_loop(
+            lambda c: (c[0] >= 0) & ~c[3], release,
+            (jnp.where(place, k - 1, -1), walk, jnp.zeros(k, bool), fits0))
+        fit_row = self._fit_row_free(freed, jobs, cluster, j)
+        ok = place & fits
+        placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), ok)
+
+        def settle(i, w):  # in priority order: take back what is still free, else preempt
+            v = at(i)
+            go = ok & released[i]
+            back = go & self._parts_free(w, jobs, params, v)
+            w = self._take(w, jobs, params, v, back, -1)
+            lost = go & ~back
+            return w.replace(running=w.running.at[v].set(w.running[v] & ~lost),
+                             num_running=w.num_running - lost,
+                             preempted=w.preempted.at[v].set(w.preempted[v] | lost))
+
+        placed = jax.lax.fori_loop(last + 1, k, settle, placed)  # the released: entries last+1 .. k-1
+        return jax.tree.map(lambda new, old: jnp.where(ok, new, old), placed, walk)
+
+    def _fit_row_free(self, walk: Walk, jobs: Jobs, cluster, j):
+        """[N] bool: job j fits each node (as the anchor, for a gang) with the walk's free
+        resources (no reservation with rounds)."""
+        max_free, whole_free = resources.node_summary(walk.free_milli)
+        return gangs.fits(cluster, walk.free_cpu, walk.free_mem, max_free, whole_free, *self._request(jobs, j),
+                          self.config.max_span)
+
+    def _place_first_fit(self, key, walk: Walk, state: SimState, params: EnvParams, j, n, active) -> Walk:
+        """Job j takes node n (the lowest-index node it fits) when ``active``: its GPUs by the
+        GPU rule, or, a gang that cannot run on n alone, its parts by the gang rule."""
+        cfg, jobs, cluster = self.config, state.jobs, params.cluster
+        free_milli, free_cpu, free_mem = walk.free_milli, walk.free_cpu, walk.free_mem
+        k = jobs.num_gpu[j]
+        is_gang = jnp.bool_(False)
+        if cfg.gangs:
+            cap = gangs.caps(cluster, free_cpu, free_mem, resources.node_summary(free_milli)[1], k,
+                             jobs.cpu_milli[j], jobs.mem_mib[j], jobs.model_mask[j])
+            part_node, part_gpus = gangs.parts(cap, n, k, state.node_rank, cfg.max_span, cfg.gang_rule)
+            is_gang = (k >= 2) & (cap[n] < k)
+        alone = active & ~is_gang
+        free_row = free_milli[n]
+        gpu_scores = None
+        if cfg.gpu_rule == "fgd":
+            gpu_scores = frag.fgd_gpu_scores(free_row, free_cpu[n], free_cpu[n] - jobs.cpu_milli[j],
+                                             cluster.gpu_model[n], jobs.gpu_milli[j], params.frag_classes)
+        gpus = resources.choose_gpus(free_row, k, jobs.gpu_milli[j], cfg.gpu_rule, key, gpu_scores,
+                                     cluster.num_gpus[n])
+        bits = resources.mask_to_bits(gpus)
+        free_milli = free_milli.at[n].add(-jnp.where(gpus & alone, jobs.gpu_milli[j], 0))
+        free_cpu = free_cpu.at[n].add(-jnp.where(alone, jobs.cpu_milli[j], 0))
+        free_mem = free_mem.at[n].add(-jnp.where(alone, jobs.mem_mib[j], 0))
+        speed = cluster.type_speed[n, jobs.job_type[j]]
+        span_node, span_bits = walk.span_node, walk.span_bits
+        if cfg.gangs:
+            part_bits = []
+            for i, g in zip(part_node, part_gpus):
+                on = active & is_gang & (g > 0)
+                i = jnp.maximum(i, 0)
+                whole = free_milli[i] == GPU_MILLI
+                pick = whole & (jnp.cumsum(whole) <= g) & on
+                part_bits.append(resources.mask_to_bits(pick))
+                free_milli = free_milli.at[i].add(-jnp.where(pick, GPU_MILLI, 0))
+                free_cpu = free_cpu.at[i].add(-jnp.where(on, gangs.part_request(jobs.cpu_milli[j], k, g), 0))
+                free_mem = free_mem.at[i].add(-jnp.where(on, gangs.part_request(jobs.mem_mib[j], k, g), 0))
+            part_bits = jnp.stack(part_bits)
+            bits = jnp.where(is_gang, part_bits[0], bits)
+            speed = jnp.where(is_gang, self._gang_speed(cluster, jobs, j, part_node, part_gpus), speed)
+            span_node = span_node.at[j].set(jnp.where(active, jnp.where(is_gang, part_node[1:], -1), span_node[j]))
+            span_bits = span_bits.at[j].set(jnp.where(active, jnp.where(is_gang, part_bits[1:], 0), span_bits[j]))
+        num_running = walk.num_running + active
+        return walk.replace(
+            free_milli=free_milli, free_cpu=free_cpu, free_mem=free_mem,
+            running=walk.running.at[j].set(walk.running[j] | active),
+            num_running=num_running,
+            node=walk.node.at[j].set(jnp.where(active, n, walk.node[j])),
+            gpu_bits=walk.gpu_bits.at[j].set(jnp.where(active, bits, walk.gpu_bits[j])),
+            span_node=span_node, span_bits=span_bits,
+            started=walk.started.at[j].set(walk.started[j] | active),
+            speed=walk.speed.at[j].set(jnp.where(active, jnp.where(k > 0, speed, 1.0), walk.speed[j])),
+            full_seen=walk.full_seen | (active & (num_running >= self.config.running_capacity)),
+        )
+
+    def _parts(self, walk: Walk, jobs: Jobs, params: EnvParams, v):
+        """Running job v's parts -> [(node, GPU mask [G], milli-cores, MiB, in use)], the anchor
+        first (one part unless it is a gang)."""
+        g_max = params.cluster.max_gpus
+        if not self.config.gangs:
+            return [(walk.node[v], resources.bits_to_mask(walk.gpu_bits[v], g_max), jobs.cpu_milli[v],
+                     jobs.mem_mib[v], jnp.bool_(True))]
+        gang = walk.span_node[v, 0] >= 0
+        out = []
+        for i, b in zip(jnp.concatenate([walk.node[v][None], walk.span_node[v]]),
+                        jnp.concatenate([walk.gpu_bits[v][None], walk.span_bits[v]])):
+            mask = resources.bits_to_mask(b, g_max)
+            held = mask.sum(dtype=jnp.int32)
+            share = lambda x: jnp.where(gang, gangs.part_request(x, jobs.num_gpu[v], held), x)  # noqa: E731
+            out.append((jnp.maximum(i, 0), mask, share(jobs.cpu_milli[v]), share(jobs.mem_mib[v]), i >= 0))
+        return out
+
+    def _take(self, walk: Walk, jobs: Jobs, params: EnvParams, v, active, sign: int) -> Walk:
+        """Running job v's parts taken (sign -1) or given back (+1) in the free arrays only."""
+        free_milli, free_cpu, free_mem = walk.free_milli, walk.free_cpu, walk.free_mem
+        for i, mask, cpu, mem, used in self._parts(walk, jobs, params, v):
+            on = active & used
+            free_milli = free_milli.at[i].add(sign * jnp.where(mask & on, jobs.gpu_milli[v], 0))
+            free_cpu = free_cpu.at[i].add(sign * jnp.where(on, cpu, 0))
+            free_mem = free_mem.at[i].add(sign * jnp.where(on, mem, 0))
+        return walk.replace(free_milli=free_milli, free_cpu=free_cpu, free_mem=free_mem)
+
+    def _give_back(self, walk: Walk, jobs: Jobs, params: EnvParams, v, active) -> Walk:
+        return self._take(walk, jobs, params, v, active, 1)
+
+    def _parts_free(self, walk: Walk, jobs: Jobs, params: EnvParams, v):
+        """Every part of running job v (its GPUs, milli-cores, MiB) is free in the walk now."""
+        ok = jnp.bool_(True)
+        for i, mask, cpu, mem, used in self._parts(walk, jobs, params, v):
+            gpus_ok = (~mask | (walk.free_milli[i] >= jobs.gpu_milli[v])).all()
+            ok = ok & (~used | (gpus_ok & (walk.free_cpu[i] >= cpu) & (walk.free_mem[i] >= mem)))
+        return ok
+
+    def _apply_round(self, state: SimState, params: EnvParams, walk: Walk, running0, queued0) -> SimState:
+        """Write the walk back: changed nodes through ``_set_node``, the running ring and the
+        queue rebuilt, segments closed (preempted) and begun (started), the records."""
+        cfg, core, jobs, seg = self.config, state.core, state.jobs, state.segments
+        t, num_jobs = core.time_s, jobs.num_jobs
+
+        def write_node(n, core):
+            delta = walk.free_milli[n] - core.free_milli[n]
+            changed = ((delta != 0).any() | (walk.free_cpu[n] != core.free_cpu[n])
+                       | (walk.free_mem[n] != core.free_mem[n]))
+            return self._set_node(core, jobs, params, n, delta, core.free_cpu.at[n].set(walk.free_cpu[n]),
+                                  core.free_mem.at[n].set(walk.free_mem[n]), changed)
+
+        core = jax.lax.fori_loop(0, params.cluster.num_nodes, write_node, core)
+
+        # Segments: the preempted close now, the started begin now (after their restart cost).
+        closing, started = walk.preempted, walk.started
+        gpus = job_gpus(jobs)
+        restart_closed = jnp.where(
+            closing, gpus * jnp.minimum(self._segment_cost_s(state), t - seg.seg_start_s), 0.0)
+        remaining = jnp.where(closing & (t >= seg.run_from_s), (state.end_s - t) * seg.seg_speed, seg.remaining_s)
+        preemptions = seg.preemptions + closing
+        cost = jnp.where(preemptions > 0, self.restart_cost_s(jobs.num_gpu), 0.0)
+        run_from = t + cost
+        new_end = jnp.where(jobs.num_gpu > 0, run_from + remaining / walk.speed, run_from + remaining)
+        stopped = lambda x, new: jnp.where(started, new, jnp.where(closing, INF, x))  # noqa: E731
+        end_s = stopped(state.end_s, new_end)
+        segments = Segments(
+            remaining_s=remaining,
+            seg_start_s=stopped(seg.seg_start_s, t),
+            run_from_s=stopped(seg.run_from_s, run_from),
+            seg_speed=jnp.where(started, walk.speed, seg.seg_speed),
+            attained_s=jnp.where(closing, seg.attained_s + (t - seg.seg_start_s), seg.attained_s),
+            preemptions=preemptions,
+            restart_gpu_s=seg.restart_gpu_s + ordered_sum(restart_closed),
+        )
+
+        # The running ring, sorted by (end, index), and the queue, by index.
+        r = cfg.running_capacity
+        pad = lambda x, fill: jnp.concatenate([x, jnp.full(max(r - num_jobs, 0), fill, x.dtype)])[:r]  # noqa: E731
+        by_end = jnp.argsort(jnp.where(walk.running, end_s, INF), stable=True).astype(jnp.int32)
+        in_ring = jnp.arange(r) < walk.num_running
+        run_job = jnp.where(in_ring, pad(by_end, 0), -1)
+        queued = (queued0 | running0) & ~walk.running
+        q_slots = core.queue.shape[0]
+        by_index = jnp.argsort(~queued, stable=True).astype(jnp.int32)  # queued jobs first, by index
+        queue = jnp.where(jnp.arange(q_slots) < queued.sum(), jnp.pad(by_index, (0, max(q_slots - num_jobs, 0)))[:q_slots], -1)
+        core = core.replace(
+            run_job=run_job,
+            run_end_s=jnp.where(in_ring, end_s[jnp.maximum(run_job, 0)], INF),
+            run_head=jnp.int32(0),
+            num_running=walk.num_running,
+            queue=queue,
+            queue_len=queued.sum(dtype=jnp.int32),
+            acc=core.acc.replace(decisions=core.acc.decisions + 1,
+                                 running_full=core.acc.running_full | walk.full_seen),
+            rounds=core.rounds.replace(due=jnp.bool_(False)),
+        )
+        return state.replace(
+            core=core,
+            outcome=jnp.where(started, OUTCOME_PLACED, state.outcome),
+            node=walk.node, gpu_bits=walk.gpu_bits, span_node=walk.span_node, span_bits=walk.span_bits,
+            start_s=jnp.where(started & ~jnp.isfinite(state.start_s), t, state.start_s),
+            end_s=end_s,
+            segments=segments,
+        )

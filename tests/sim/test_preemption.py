@@ -1,0 +1,194 @@
+"""Preemption and scheduling rounds in the JAX env (docs/semantics.md, "Preemption and
+rounds"): job by job against ``jaxsched.reference`` (start, end, node, GPUs, preemptions,
+attained service, the metrics) with the round policies las and srtf, restart costs constant
+and by size, gangs on and off; work and resources conserved round by round in the env; and
+with ``round_s = 0`` no flat step is refused and no preemption field is kept."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import hypothesis as hyp
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from jaxsched import reference
+from jaxsched.policies import rounds as round_policies
+from jaxsched.rollout import rollout
+from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched.sim.rounds import attained_now, remaining_now
+from jaxsched.types import GPU_MILLI, EnvParams, to_device
+from tests.settings import EXAMPLES, extended
+from tests.sim import test_differential as td
+from tests.sim.test_gangs import GANG_SIZES
+from tests.strategies import FRAG_CLASSES, clusters, workloads
+from tests.test_reference import gpu_job, make_jobs, ONE_GPU_CLASS
+from tests.test_reference_preemption import one_gpu_nodes
+
+ROUND_CASES = [  # (round policy, {env settings}, gang workloads)
+    pytest.param("las", {"round_s": 40.0, "restart_overhead_s": 10.0}, False, id="las"),
+    pytest.param("srtf", {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
+                          "max_span": 3}, True, id="srtf-gangs-by-size"),
+    extended("las", {"round_s": 30.0, "restart_overhead_s": (0.0, 7.5, 20.0), "restart_above_gpus": (1, 4),
+                     "max_span": 3, "gang_rule": "spread", "spread_penalty": 0.7}, True, id="las-gangs-spread"),
+    extended("srtf", {"round_s": 60.0, "restart_overhead_s": 15.0, "gpu_rule": "first-fit",
+                      "warmup_jobs": 3, "measured_jobs": 8}, False, id="srtf-measure"),
+    extended("las", {"round_s": 35.0, "restart_overhead_s": 100.0, "gpu_rule": "fgd", "running_capacity": 3},
+             False, id="las-fgd-running-cap"),
+]
+EXACT = td.EXACT_METRICS + ("preemptions",)
+
+
+def round_env(settings, tie_break="permutation"):
+    return ClusterEnv(EnvConfig(**{"window": td.WINDOW, "queue_capacity": td.QUEUE,
+                                   "running_capacity": td.RUNNING, "tie_break": tie_break, **settings}))
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_round_rollout(env, policy_name, max_steps):
+    policy = getattr(round_policies, policy_name)
+    return jax.jit(lambda params, jobs, keys: rollout(env, policy, None, params, jobs, keys, max_steps))
+
+
+def run_both(env, policy, cluster, jobs, seed, max_steps=300):
+    params = to_device(EnvParams(cluster, FRAG_CLASSES))
+    batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
+    state, got = jitted_round_rollout(env, policy, max_steps)(params, batch, jax.random.key(seed)[None])
+    state = jax.tree.map(lambda x: x[0], state)
+    ref_out = reference.run(cluster, jobs, FRAG_CLASSES, reference.RefConfig.like(env.config),
+                            round_policy=policy, max_steps=max_steps, node_rank=np.asarray(state.node_rank))
+    return state, {k: float(np.asarray(v)[0]) for k, v in got.items()}, ref_out
+
+
+def assert_same_rounds(state, metrics, ref_out):
+    gangs = ref_out["span_node"].shape[1] > 0  # (without gangs the env keeps a [1, 1] placeholder)
+    for field in ("outcome", "node", "gpu_bits", "start_s", "end_s") + (("span_node", "span_bits") if gangs else ()):
+        np.testing.assert_array_equal(np.asarray(getattr(state, field)), ref_out[field], err_msg=field)
+    np.testing.assert_array_equal(np.asarray(state.segments.preemptions), ref_out["preemptions"])
+    attained_s, attained_gpu_s = attained_now(state)
+    np.testing.assert_array_equal(np.asarray(attained_s), ref_out["attained_s"])
+    np.testing.assert_array_equal(np.asarray(attained_gpu_s), ref_out["attained_gpu_s"])
+    assert set(metrics) == set(ref_out["metrics"])
+    for name, ref_value in ref_out["metrics"].items():
+        if name in EXACT:
+            assert metrics[name] == ref_value, name
+        else:
+            np.testing.assert_allclose(metrics[name], ref_value, rtol=2e-4, atol=1e-3, err_msg=name)
+
+
+@pytest.mark.parametrize("policy, settings, gang_sizes", ROUND_CASES)
+@hyp.settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_round_episodes_match_reference(policy, settings, gang_sizes, cluster, data, seed):
+    jobs = data.draw(workloads(sizes=GANG_SIZES) if gang_sizes else workloads())
+    state, metrics, ref_out = run_both(round_env(settings), policy, cluster, jobs, seed)
+    assert_same_rounds(state, metrics, ref_out)
+
+
+def test_las_hand_example_in_the_env():
+    """The reference's hand-worked LAS timeline (tests/test_reference_preemption.py): two
+    1-GPU nodes, round 100 s, restart 10 s; j1 is preempted at 100 and restarts at 200."""
+    cluster = one_gpu_nodes(2)
+    jobs = make_jobs([gpu_job(0, 250), gpu_job(0, 150), gpu_job(50, 100)])
+    env = ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=4, tie_break="identity",
+                               round_s=100.0, restart_overhead_s=10.0))
+    params = to_device(EnvParams(cluster, ONE_GPU_CLASS))
+    batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
+    state, metrics = jax.jit(lambda p, j, k: rollout(env, round_policies.las, None, p, j, k, 50))(
+        params, batch, jax.random.key(0)[None])
+    state = jax.tree.map(lambda x: x[0], state)
+    np.testing.assert_array_equal(state.start_s[:3], np.float32([0, 0, 100]))
+    np.testing.assert_array_equal(state.end_s[:3], np.float32([250, 260, 200]))
+    np.testing.assert_array_equal(state.node[:3], [0, 1, 1])
+    np.testing.assert_array_equal(state.segments.preemptions[:3], [0, 1, 0])
+    np.testing.assert_array_equal(attained_now(state)[0][:3], np.float32([250, 160, 100]))
+    assert int(metrics["decisions"][0]) == 3 and int(metrics["preemptions"][0]) == 1
+    assert float(metrics["restart_gpu_s"][0]) == pytest.approx(10.0)
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_round_fns(env):
+    return jax.jit(env.reset), jax.jit(env.step_round)
+
+
+@hyp.settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=st.integers(0, 2**31 - 1))
+def test_rounds_conserve_work_and_resources_in_the_env(cluster, jobs, seed):
+    """Round by round (LAS, gangs, restart by size): no resource is overcommitted and the
+    GPU milli held by running jobs plus the free milli is the cluster's; a job's remaining
+    work never grows; and a finished job's last segment did exactly the work it had left."""
+    env = round_env({"round_s": 30.0, "restart_overhead_s": (2.0, 5.0), "restart_above_gpus": (1,),
+                     "max_span": 3}, tie_break="identity")
+    reset, step_round = jitted_round_fns(env)
+    params = to_device(EnvParams(cluster, FRAG_CLASSES))
+    key = jax.random.key(seed)
+    state, _ = reset(key, params, to_device(jobs))
+    capacity = int(np.asarray(cluster.gpu_exists).sum()) * GPU_MILLI
+    remaining = np.asarray(remaining_now(state))
+    for t in range(150):  # (LAS may thrash on a loaded cluster: not every episode ends)
+        if bool(state.core.done):
+            break
+        state, _, _, _, _ = step_round(jax.random.fold_in(key, t), state, round_policies.las(None, state, None), params)
+        core = state.core
+        assert (np.asarray(core.free_milli) >= 0).all()
+        assert (np.asarray(core.free_cpu) >= 0).all() and (np.asarray(core.free_mem) >= 0).all()
+        ring = (int(core.run_head) + np.arange(int(core.num_running))) % core.run_job.shape[0]
+        running = np.asarray(core.run_job)[ring]
+        held = sum(int(jobs.num_gpu[j]) * int(jobs.gpu_milli[j]) for j in running)
+        assert held + int(np.asarray(core.free_milli).sum()) == capacity
+        now = np.asarray(remaining_now(state))
+        in_system = ~(np.asarray(state.end_s) <= float(core.time_s))  # not finished
+        assert (now[in_system] <= remaining[in_system] * (1 + 1e-6) + 1e-3).all()
+        remaining = now
+    seg = state.segments
+    finished = (np.asarray(state.end_s) <= float(state.core.time_s)) & np.asarray(jobs.valid)
+    done_work = (np.asarray(state.end_s)[finished] - np.asarray(seg.run_from_s)[finished]) * np.asarray(seg.seg_speed)[finished]
+    np.testing.assert_allclose(done_work, np.asarray(seg.remaining_s)[finished], rtol=1e-4, atol=1e-2)
+    assert (np.asarray(seg.remaining_s) <= np.asarray(jobs.work_s) * (1 + 1e-6)).all()
+
+
+def test_rounds_refuse_flat_steps_and_bad_settings_name_the_field():
+    env = round_env({"round_s": 10.0})
+    with pytest.raises(ValueError, match="step_round"):
+        env.step(None, None, 0, None)
+    with pytest.raises(ValueError, match="round_s > 0"):
+        round_env({}).step_round(None, None, None, None)
+    for settings, field in (({"round_s": -1.0}, "round_s"), ({"round_s": float("inf")}, "round_s"),
+                            ({"restart_overhead_s": (1.0, 2.0)}, "restart_above_gpus"),
+                            ({"restart_overhead_s": (-1.0,)}, "restart_overhead_s"),
+                            ({"restart_overhead_s": (1.0, 2.0), "restart_above_gpus": (-1,)}, "restart_above_gpus"),
+                            ({"round_s": 10.0, "mode": "static"}, "round_s"),
+                            ({"round_s": 10.0, "resched_interval_s": 60.0}, "round_s")):
+        with pytest.raises(ValueError, match=f"EnvConfig.{field}"):
+            EnvConfig(**settings)
+    config = EnvConfig(restart_overhead_s=[40.0, 60.0], restart_above_gpus=[8])  # a TOML array
+    assert config.restart_overhead_s == (40.0, 60.0) and config.restart_above_gpus == (8,)
+    hash(config)
+
+
+def test_without_rounds_the_state_keeps_no_segments():
+    """round_s = 0: no segment arrays and no round clock in the state (the programs are
+    those of the env without rounds), and no preemption metric."""
+    cluster = one_gpu_nodes(1)
+    jobs = make_jobs([gpu_job(0, 10)])
+    env = ClusterEnv(dataclasses.replace(EnvConfig(window=1, queue_capacity=2, running_capacity=2)))
+    state, _ = env.reset(jax.random.key(0), to_device(EnvParams(cluster, ONE_GPU_CLASS)), to_device(jobs))
+    assert state.segments is None and state.core.rounds is None
+    assert "preemptions" not in env.metrics(state, to_device(EnvParams(cluster, ONE_GPU_CLASS)))
+
+
+def test_registry_gives_round_policies_rounds_and_flat_schedulers_none():
+    """las and srtf run with the run's rounds (Gavel's 360 s when it sets none); a flat
+    scheduler's env has no rounds even when the run sets them; a round policy cannot warm up
+    a run or teach DRR."""
+    from jaxsched import policies
+    assert policies.get("las").env_config(EnvConfig()).round_s == policies.ROUND_S
+    assert policies.get("srtf").env_config(EnvConfig(round_s=120.0)).round_s == 120.0
+    assert policies.get("first-fit").env_config(EnvConfig(round_s=120.0)).round_s == 0.0
+    assert "las" not in policies.flat_names() and "first-fit" in policies.flat_names()
+    with pytest.raises(ValueError, match="eval.warmup_scheduler 'srtf' is a round policy"):
+        policies.get_flat("srtf", "eval.warmup_scheduler")
