@@ -20,7 +20,8 @@ best-fit score, then rank:
   sjf-priced-p   priced-p on sjf's window (the queue least work first): the hand rule with the
                  view the GNN-DDQN preset's agent has (``[agent] queue_order = "sjf"``)
 
-It also reports the GPU allocation over the measurement window (``gpu_alloc``) beside the
+Every rule takes over from ``eval.warmup_scheduler``'s warm-up (first-fit in the preset), as the
+main job's agent and heuristics do. It also reports the GPU allocation over the measurement window (``gpu_alloc``) beside the
 offered load rho.
 
     python scripts/placement_headroom.py                # writes results/gnn_ddqn/headroom.md
@@ -122,6 +123,9 @@ def main(argv=None) -> int:
     runs += [(name, rule, ClusterEnv(config.env)) for name, rule in RULES.items()]
     sjf_env = ClusterEnv(policies.get("sjf").env_config(config.env))  # the window shows least work first
     runs += [(name, rule, sjf_env) for name, rule in SJF_RULES.items()]
+    warmup = config.eval.warmup_scheduler  # each rule takes over from the same warm-up, as in the main job
+    if warmup:
+        runs = [(name, policies.warmed_up(policy, policies.get(warmup).policy), env) for name, policy, env in runs]
     rows = {}
     for name, policy, env in runs:
         t0 = time.perf_counter()
