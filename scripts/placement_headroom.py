@@ -99,9 +99,9 @@ SJF_RULES = {"sjf-priced-0": RULES["priced-0"], "sjf-priced-1": RULES["priced-1"
 
 def _paired_pct(jct, base) -> str:
     """Mean of jct - base over the episodes, in % of base's mean, with its 95% CI."""
-    diff = 100 * (jct - base) / base.mean()
-    half = 1.96 * diff.std(ddof=1) / np.sqrt(len(diff))
-    return f"{diff.mean():+.1f}% [{diff.mean() - half:+.1f}%, {diff.mean() + half:+.1f}%]"
+    diff, half = report.paired_difference(pd.Series(jct), pd.Series(base))
+    diff, half = 100 * diff / base.mean(), 100 * half / base.mean()
+    return f"{diff:+.1f}% [{diff - half:+.1f}%, {diff + half:+.1f}%]"
 
 
 def main(argv=None) -> int:
