@@ -140,7 +140,8 @@ class WorkloadConfig:
 class EvalConfig:
     """schedulers: registry names; episodes: how many; batch_size: episodes per jitted call;
     seed: base seed (episode i uses key fold_in(seed, i), so results do not depend on the
-    batch split); max_steps: decision cap per episode (0 = 3 x jobs + 100); out_dir: output.
+    batch split); max_steps: decision cap per episode (0 = 3 x jobs + 100; with rounds,
+    ``experiment.round_cap``: enough rounds for any schedule); out_dir: output.
     per_job: also write per_job.csv, the complete schedule (one row per job and scheduler).
     plots: write the PNG plots; timeline_episodes: episodes stepped again to record the
     cluster over time (the allocation/fragmentation plot and timeline.csv; 0 = none).

@@ -105,6 +105,8 @@ def run_scheduler(sched: str | policies.Scheduler, config: cfg_lib.Config, param
     """
     sched = _scheduler(sched)
     env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
+    if env.config.rounds and not config.eval.max_steps:  # a round is a decision
+        max_steps = max(max_steps, experiment.round_cap(jobs, params, env.config.round_s))
     run = _compiled_rollout(env, scheduler_policy(sched, config), max_steps, sched.turns)
     episodes, batch = config.eval.episodes, config.eval.batch_size
     frames, records = [], []

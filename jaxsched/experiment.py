@@ -236,6 +236,21 @@ def episodes(config: cfg_lib.Config, nodes: cl.NodeTable) -> Episodes:
     return Episodes(jobs, params, max_steps, episode_keys(config.eval.seed, config.eval.episodes, stream=1), info)
 
 
+def round_cap(jobs: Jobs, params: EnvParams, round_s: float) -> int:
+    """The step cap of episodes run in rounds of ``round_s`` seconds (when eval.max_steps is 0):
+    a round is a decision, and every round of an episode that runs one job at a time on its
+    slowest GPU fits in it: ceil((arrival span + sum of work / slowest positive speed) /
+    round_s) + 3 J + 100, the largest over the episodes (``jobs`` [E, J]), at most 2^31 - 1."""
+    valid = np.asarray(jobs.valid, bool)
+    arrival = np.where(valid, np.asarray(jobs.arrival_s, np.float64), np.nan)
+    speeds = np.asarray(params.cluster.type_speed, np.float64)
+    slowest = min(1.0, speeds[speeds > 0].min()) if (speeds > 0).any() else 1.0
+    work = np.where(valid, np.asarray(jobs.work_s, np.float64), 0.0).sum(-1) / slowest
+    span = np.nan_to_num(np.nanmax(arrival, -1) - np.nanmin(arrival, -1))
+    rounds = np.ceil((span + work) / round_s).max() + 3 * jobs.num_jobs + 100
+    return int(min(rounds, 2**31 - 1))
+
+
 def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
     """(env params, training workload) of a learner's run (``train``: its ``TrainConfig``).
 
