@@ -86,10 +86,13 @@ def _scheduler(sched: str | policies.Scheduler) -> policies.Scheduler:
 
 def scheduler_policy(sched: str | policies.Scheduler, config: cfg_lib.Config):
     """A scheduler's policy (a registry name, or a ``Scheduler`` such as a trained agent's),
-    after ``eval.warmup_scheduler``'s warm-up if set."""
+    after ``eval.warmup_scheduler``'s warm-up if set; a round policy with its settings bound
+    (``Scheduler.bound_policy``)."""
     sched = _scheduler(sched)
     warmup = config.eval.warmup_scheduler
-    if not warmup or sched.round_policy:  # (a round policy plays its warm-up itself)
+    if sched.round_policy:  # (a round policy plays its warm-up itself) with its settings
+        return sched.bound_policy(config.env)
+    if not warmup:
         return sched.policy
     return policies.warmed_up(sched.policy, policies.get_flat(warmup, "eval.warmup_scheduler").policy)
 
