@@ -118,8 +118,13 @@ class WorkloadConfig:
     each episode's pods with replacement from that part instead, arriving as a Poisson
     process at the target load (``alibaba.resample``): for steady-state episodes longer than
     the trace (openb's pods cover about 20 h of arrivals at load 0.9 on 64 nodes).
+    ``qos_classes`` (openb): the trace's ``qos`` values, highest priority first, giving each
+    pod's ``Jobs.qos_class`` (the ``priority`` round policy reads it); empty: openb's
+    ``alibaba.OPENB_QOS_CLASSES`` (LS, Guaranteed, Burstable, BE). A pod whose qos is not
+    listed is an error naming its row; a listed class no pod of the trace has, an error
+    naming ``workload.qos_classes``.
     For "synthetic": ``synthetic.target_load`` sets the load (its cluster_capacity is filled
-    in from the cluster when left out).
+    in from the cluster when left out); every job is class 0, as with philly and gavel.
     """
 
     source: str = "synthetic"
@@ -131,6 +136,7 @@ class WorkloadConfig:
     strict: bool = False
     trace_span: tuple = (0.0, 1.0)
     vcs: tuple = ()
+    qos_classes: tuple = ()
     synthetic: SyntheticConfig = SyntheticConfig(num_jobs=EPISODE_JOBS, target_load=0.9)
     throughputs: str = "../shared/data/gavel/simulation_throughputs.json"
     gavel: GavelConfig = GavelConfig(jobs_per_hour=GAVEL_JOBS_PER_HOUR, num_jobs=GAVEL_EPISODE_JOBS, multi_gpu=True)

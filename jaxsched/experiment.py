@@ -67,13 +67,14 @@ def episode_keys(seed: int, num_episodes: int, stream: int):
 
 
 def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
-    """The trace of ``workload.trace``: openb's pod list (dynamic mode) or Philly's jobs of
-    ``workload.vcs``."""
+    """The trace of ``workload.trace``: openb's pod list (dynamic mode, its qos mapped by
+    ``workload.qos_classes``) or Philly's jobs of ``workload.vcs``."""
     if not w.trace:
         raise DataError("config", None, "workload.trace", f"source {w.source!r} needs a trace path")
     if w.source == "philly":
         return philly.load(paths.resolve_data_path(w.trace), vcs=list(w.vcs) or None)
-    return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict)
+    return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict,
+                                   qos_classes=list(w.qos_classes) or None)
 
 
 def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,

@@ -145,6 +145,7 @@ class _Job(NamedTuple):
     model_mask: int
     deadline_s: np.float32
     job_type: int  # column of the cluster's type_speed
+    qos_class: int  # priority class, higher = more important (the priority round policy)
 
 
 def _model_allowed(model_mask: int, gpu_model: int) -> bool:
@@ -244,7 +245,7 @@ class ReferenceSim:
         cols = {
             name: np.asarray(getattr(jobs, name))
             for name in ("arrival_s", "work_s", "num_gpu", "gpu_milli", "cpu_milli", "mem_mib",
-                         "model_mask", "deadline_s", "job_type")
+                         "model_mask", "deadline_s", "job_type", "qos_class")
         }
         self.jobs = [
             _Job(
@@ -257,6 +258,7 @@ class ReferenceSim:
                 model_mask=int(cols["model_mask"][j]),
                 deadline_s=np.float32(cols["deadline_s"][j]),
                 job_type=int(cols["job_type"][j]),
+                qos_class=int(cols["qos_class"][j]),
             )
             for j in range(self.J)
         ]
@@ -1690,11 +1692,19 @@ def _srtf_priority(sim: ReferenceSim) -> list:
     return [-sim.remaining_now(j) for j in range(sim.J)]
 
 
+def _qos_priority(sim: ReferenceSim) -> list:
+    """priority, by priority class: 2 qos_class, plus 1 for a running job (a class's running
+    jobs before its queued ones, so a queued job preempts running jobs of lower classes only;
+    then arrival order, the env's tie-break)."""
+    return [np.float32(2 * sim.jobs[j].qos_class + sim._in_segment(j)) for j in range(sim.J)]
+
+
 ROUND_POLICIES = {
     "las": _las_priority,
     "las-gpu": _las_gpu_priority,
     "tiresias": _tiresias_priority,
     "srtf": _srtf_priority,
+    "priority": _qos_priority,
 }
 
 

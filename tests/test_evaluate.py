@@ -104,7 +104,7 @@ def test_per_job_csv_is_a_complete_schedule_matching_the_metrics(cli_run):
     jobs = pd.read_csv(cli_run / "per_job.csv")
     eps = pd.read_csv(cli_run / "per_episode.csv")
     assert list(jobs.columns) == ["scheduler", "episode", "job", "arrival_s", "work_s", "num_gpu",
-                                  "gpu_milli", "cpu_milli", "mem_mib", "outcome", "node",
+                                  "gpu_milli", "cpu_milli", "mem_mib", "qos_class", "outcome", "node",
                                   "num_nodes", "gpu_bits", "start_s", "end_s", "measured"]
     counts = (jobs.groupby(["scheduler", "episode"])["outcome"].value_counts()
               .unstack(fill_value=0).reindex(columns=list(report.OUTCOMES), fill_value=0))

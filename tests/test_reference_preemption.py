@@ -143,6 +143,34 @@ def test_srtf_preempts_the_longer_job_and_the_restart_shifts_its_end():
     assert out["segments"][0] == [(0, 0, 100, 1), (200, 210, 410, 1)]
 
 
+def test_priority_classes_preempt_lower_classes_only_by_hand():
+    # One 1-GPU node, round 100 s, restart 10 s; priority = 2 qos_class + running.
+    #   j0: BE (class 0), 300 s, arrives 0    j1: LS (class 1), 250 s, arrives 50
+    #   j2: LS (class 1), 100 s, arrives 60
+    # t=0   j0 runs (0..300).
+    # t=100 order j1 (2), j2 (2), j0 (1, running): j1 preempts j0 (200 s left), runs 100..350;
+    #       j2 fits nowhere and the only running job, j1, is before it.
+    # t=200, 300: j1 (3, running) before j2 (2): an LS job never preempts an LS job (las-gpu
+    #       would: j2 has attained less).
+    # t=400 j1 ended at 350: j2 (2) before j0 (0): j2 runs 400..500.
+    # t=500 j0 restarts: 500 + 10 + 200 = 710. Rounds 0..700 decided.
+    cluster = one_gpu_nodes(1)
+    jobs = make_jobs([gpu_job(0, 300), gpu_job(50, 250), gpu_job(60, 100)])
+    config = RefConfig(round_s=100, restart_overhead_s=10.0)
+    out = run_rounds(cluster, jobs.replace(qos_class=np.int32([0, 1, 1])), config, "priority").results()
+    np.testing.assert_array_equal(out["start_s"], np.float32([0, 100, 400]))
+    np.testing.assert_array_equal(out["end_s"], np.float32([710, 350, 500]))
+    np.testing.assert_array_equal(out["preemptions"], [1, 0, 0])
+    assert out["segments"][0] == [(0, 0, 100, 1), (500, 510, 710, 1)]
+    assert out["metrics"]["decisions"] == 8
+    # One class (every job 0, as without a trace): running jobs always first, so no
+    # preemption: FIFO, each job started at the first round after the GPU frees.
+    fifo = run_rounds(cluster, jobs, config, "priority").results()
+    np.testing.assert_array_equal(fifo["start_s"], np.float32([0, 300, 600]))
+    np.testing.assert_array_equal(fifo["end_s"], np.float32([300, 550, 700]))
+    assert not fifo["preemptions"].any()
+
+
 def test_a_job_arriving_mid_round_waits_and_a_completion_at_a_round_frees_its_gpu_first():
     # One 1-GPU node, round 100 s, no restart cost. j0 runs 0..100; j1 arrives at 30 and
     # waits for the round at 100, where j0's end (same instant) has freed the GPU first;
@@ -222,7 +250,7 @@ def test_a_held_job_is_preempted_and_stays_queued_until_released():
 
 def random_episode(seed, num_jobs=40):
     """Three 8-GPU nodes of different speeds and jobs of every kind (CPU-only, fractional,
-    whole GPUs, gangs of up to 16), arriving over ~30 minutes."""
+    whole GPUs, gangs of up to 16), arriving over ~30 minutes, in priority classes 0 and 1."""
     rng = np.random.default_rng(seed)
     table = C._table([(f"n{i}", model, 8, 64000, 262144)
                       for i, model in enumerate(("V100", "T4", "V100"))])
@@ -233,7 +261,8 @@ def random_episode(seed, num_jobs=40):
     jobs = jobs_from_numpy(np.sort(rng.uniform(0, 1800, num_jobs)).astype(np.float32),
                            rng.uniform(10, 900, num_jobs).astype(np.float32),
                            sizes, gpu_milli, rng.integers(500, 4000, num_jobs),
-                           rng.integers(512, 8192, num_jobs))
+                           rng.integers(512, 8192, num_jobs),
+                           qos_class=rng.integers(0, 2, num_jobs))  # (drawn last: the rest as before)
     return cluster, jobs
 
 

@@ -28,7 +28,7 @@ from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies import rounds
 from jaxsched.policies.reserving_packing import reserving_packing
-from jaxsched.policies.rounds import las, las_gpu, srtf, tiresias
+from jaxsched.policies.rounds import las, las_gpu, priority, srtf, tiresias
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -138,6 +138,9 @@ REGISTRY = {
         Scheduler("srtf", srtf, "best-fit",
                   "round policy, shortest remaining time first (oracle sizes); preempts, first-fit",
                   turns=None, round_policy=True),
+        Scheduler("priority", priority, "best-fit",
+                  "round policy, priority classes (openb's qos): a higher class preempts lower ones, "
+                  "running first and FIFO in a class; first-fit", turns=None, round_policy=True),
     )
 }
 

@@ -5,7 +5,7 @@ index; NaN or -inf holds a job back. ``ClusterEnv.step_round`` takes the priorit
 
 ``params`` of a round policy is its ``RoundSettings`` (the run's round length and Tiresias's
 queues, from the ``EnvConfig``): ``with_settings`` binds them, as ``evaluate.scheduler_policy``
-does for every registered round policy; las-gpu and srtf read none.
+does for every registered round policy; las-gpu, srtf and priority read none.
 """
 
 from __future__ import annotations
@@ -144,3 +144,11 @@ def srtf(params, state, key):
     """Shortest remaining time first, from the oracle remaining work (reference-speed seconds)."""
     return -remaining_now(state)
 
+
+
+def priority(params, state, key):
+    """By priority class (``Jobs.qos_class``, higher first; openb's ``qos``): priority =
+    2 * qos_class + running. A class's running jobs keep their GPUs before any queued job of
+    that class starts, so a queued job preempts running jobs of lower classes only (the
+    lowest classes released first); within a class, arrival order."""
+    return (2 * state.jobs.qos_class + running_jobs(state)).astype(jnp.float32)

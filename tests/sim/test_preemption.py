@@ -1,7 +1,7 @@
 """Preemption and scheduling rounds in the JAX env (docs/semantics.md, "Preemption and
 rounds"): job by job against ``jaxsched.reference`` (start, end, node, GPUs, preemptions,
-attained service, the metrics) with the round policies las, las-gpu, tiresias and srtf, restart costs constant
-and by size, gangs on and off; work and resources conserved round by round in the env; and
+attained service, the metrics) with the round policies las, las-gpu, tiresias, srtf and priority (jobs in
+priority classes 0 and 1), restart costs constant and by size, gangs on and off; work and resources conserved round by round in the env; and
 with ``round_s = 0`` no flat step is refused and no preemption field is kept."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ TIRESIAS = {"tiresias_thresholds_gpu_s": (100.0, 600.0), "tiresias_promote_knob"
 ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
     pytest.param(("las", "tiresias"), {"round_s": 40.0, "restart_overhead_s": 10.0, **TIRESIAS}, False,
                  id="las-tiresias"),
-    pytest.param(("srtf",), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
-                             "max_span": 3}, True, id="srtf-gangs-by-size"),
+    pytest.param(("srtf", "priority"), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
+                             "max_span": 3}, True, id="srtf-priority-gangs-by-size"),
     extended(("las-gpu", "tiresias"), {"round_s": 30.0, "restart_overhead_s": (0.0, 7.5, 20.0),
                                        "restart_above_gpus": (1, 4), "max_span": 3, "gang_rule": "spread",
                                        "spread_penalty": 0.7, "tiresias_thresholds_gpu_s": (300.0,)},
@@ -94,6 +94,8 @@ def assert_same_rounds(state, metrics, ref_out):
 @given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_round_episodes_match_reference(names, settings, gang_sizes, cluster, data, seed):
     jobs = data.draw(workloads(sizes=GANG_SIZES) if gang_sizes else workloads())
+    qos = data.draw(st.lists(st.integers(0, 1), min_size=jobs.num_jobs, max_size=jobs.num_jobs))
+    jobs = jobs.replace(qos_class=np.where(jobs.valid, qos, 0).astype(np.int32))  # (priority reads it)
     for name in names:
         state, metrics, ref_out = run_both(round_env(settings), name, cluster, jobs, seed)
         assert_same_rounds(state, metrics, ref_out)

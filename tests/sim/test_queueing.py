@@ -50,7 +50,7 @@ def mmc_jobs(key, num_jobs: int, lam: float) -> Jobs:
     full = lambda v: jnp.full((num_jobs,), v, jnp.int32)  # noqa: E731
     return Jobs(arrival.astype(jnp.float32), work.astype(jnp.float32), full(1), full(1000), full(0),
                 full(0), full(ALL_MODELS), jnp.full((num_jobs,), jnp.inf, jnp.float32),
-                jnp.ones((num_jobs,), bool), full(0))
+                jnp.ones((num_jobs,), bool), full(0), full(0))
 
 
 def test_erlang_c_formula_by_hand():
