@@ -115,6 +115,9 @@ class EnvConfig:
     tiresias_promote_knob: tiresias's starvation knob: a started job whose waiting time is at
       least this times its attained service goes back to the top queue (0, default: never).
       Read by the policy only (docs/semantics.md, "Round policies").
+    walk_slots: with rounds, the round decision sorts its candidates (the queued and running
+      jobs) in an array of this many slots when they fit, else in one of all J jobs: a speed
+      setting only, every value gives the same schedules (``sim/rounds.py``).
     """
 
     mode: str = "dynamic"
@@ -147,6 +150,7 @@ class EnvConfig:
     restart_above_gpus: tuple = ()
     tiresias_thresholds_gpu_s: tuple = TIRESIAS_THRESHOLDS_GPU_S
     tiresias_promote_knob: float = 0.0
+    walk_slots: int = 512
 
     def __post_init__(self):
         def bad(field, why):
@@ -164,7 +168,7 @@ class EnvConfig:
                                ("reward", REWARDS)):
             if getattr(self, field) not in allowed:
                 bad(field, f"must be one of {allowed}")
-        for field in ("window", "queue_capacity", "running_capacity"):
+        for field in ("window", "queue_capacity", "running_capacity", "walk_slots"):
             if not isinstance(getattr(self, field), int) or getattr(self, field) < 1:
                 bad(field, "must be a positive integer")
         if isinstance(self.window, int) and self.window > 31:

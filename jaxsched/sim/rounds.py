@@ -173,21 +173,6 @@ class RoundsMixin:
         held = ~(priority > -jnp.inf)  # NaN or -inf
         cand = (queued0 | running0) & ~held
         n_cand = cand.sum(dtype=jnp.int32)
-        # Candidates first, by (priority descending, index ascending: a stable sort); 0.0 - p
-        # makes -0.0 and 0.0 one key, as Python's sort sees them; a candidate's key is < +inf.
-        order = jnp.argsort(jnp.where(cand, 0.0 - priority, INF), stable=True).astype(jnp.int32)
-        # The positions of the candidates running now, ascending ([k], num_jobs pads): only
-        # they can be released in thought (a job placed in this walk comes before the rest).
-        k = min(cfg.running_capacity, num_jobs)
-        run_pos = jnp.nonzero(running0[order] & cand[order], size=k, fill_value=num_jobs)[0].astype(jnp.int32)
-        n_run = (run_pos < num_jobs).sum(dtype=jnp.int32)
-        last_run_pos = jnp.where(n_run > 0, run_pos[jnp.maximum(n_run - 1, 0)], -1)
-        # After the last running candidate nothing can be released: the walk may stop once no
-        # later candidate fits the free GPUs (the smallest milli-GPU still asked for; a
-        # CPU-only job asks 0 and keeps it going) or the running set is full.
-        asked = jnp.where(cand[order], jobs.gpu_milli[order], GPU_MILLI + 1)
-        asked_later = jax.lax.cummin(asked, reverse=True)
-        positions = jnp.arange(num_jobs, dtype=jnp.int32)
 
         walk = Walk(core.free_milli, core.free_cpu, core.free_mem, running0, core.num_running,
                     state.node, state.gpu_bits, state.span_node, state.span_bits,
@@ -202,27 +187,69 @@ class RoundsMixin:
         walk = walk.replace(running=walk.running & ~gone, num_running=walk.num_running - go.sum(dtype=jnp.int32),
                             preempted=gone)
 
+        # 2. the walk, over the candidates in order: sorted in ``walk_slots`` slots when they
+        # fit there (a sort of all J jobs is most of a round's time when J is large), else in J.
+        def walk_in(slots):
+            def run(walk):
+                ids = jnp.nonzero(cand, size=slots, fill_value=num_jobs)[0].astype(jnp.int32)  # by index
+                # By (priority descending, index ascending: a stable sort of ids in index order);
+                # 0.0 - p makes -0.0 and 0.0 one key, as Python's sort sees them; a candidate's
+                # key is < +inf, so the padding comes last.
+                sort_key = jnp.where(ids < num_jobs, 0.0 - priority.at[ids].get(mode="fill", fill_value=0.0), INF)
+                order = ids[jnp.argsort(sort_key, stable=True)]
+                return self._walk_order(key, walk, state, params, order, running0, n_cand)
+            return run
+
+        slots = min(cfg.walk_slots, num_jobs)
+        if slots < num_jobs:
+            walk = jax.lax.cond(n_cand <= slots, walk_in(slots), walk_in(num_jobs), walk)
+        else:
+            walk = walk_in(num_jobs)(walk)
+        return walk, running0, queued0
+
+    def _walk_order(self, key, walk: Walk, state: SimState, params: EnvParams, order, running0, n_cand) -> Walk:
+        """The walk of the round decision over ``order`` ([L] job ids: the n_cand candidates
+        in priority order, then padding J) -> the ``Walk`` after it. (Under ``vmap`` the
+        ``lax.cond`` of ``_round_walk`` runs both sizes; with n_cand > L the result is thrown
+        away, but the walk must still end: it walks min(n_cand, L) positions.)"""
+        cfg, jobs = self.config, state.jobs
+        num_slots = order.shape[0]
+        positions = jnp.arange(num_slots, dtype=jnp.int32)
+        n_cand = jnp.minimum(n_cand, num_slots)
+        is_cand = positions < n_cand
+        # The positions of the candidates running now, ascending ([k], num_slots pads): only
+        # they can be released in thought (a job placed in this walk comes before the rest).
+        k = min(cfg.running_capacity, num_slots)
+        run_pos = jnp.nonzero(is_cand & running0.at[order].get(mode="fill", fill_value=False), size=k,
+                              fill_value=num_slots)[0].astype(jnp.int32)
+        n_run = (run_pos < num_slots).sum(dtype=jnp.int32)
+        last_run_pos = jnp.where(n_run > 0, run_pos[jnp.maximum(n_run - 1, 0)], -1)
+        # After the last running candidate nothing can be released: the walk may stop once no
+        # later candidate fits the free GPUs (the smallest milli-GPU still asked for; a
+        # CPU-only job asks 0 and keeps it going) or the running set is full.
+        asked = jnp.where(is_cand, jobs.gpu_milli.at[order].get(mode="fill", fill_value=0), GPU_MILLI + 1)
+        asked_later = jax.lax.cummin(asked, reverse=True)
+
         def next_turn(p, walk):
-            """The first position >= p whose candidate is queued now (num_jobs: none)."""
-            want = (positions >= p) & (positions < n_cand) & ~walk.running[order]
-            return jnp.where(want.any(), jnp.argmax(want), num_jobs).astype(jnp.int32)
+            """The first position >= p whose candidate is queued now (num_slots: none)."""
+            want = (positions >= p) & is_cand & ~walk.running.at[order].get(mode="fill", fill_value=True)
+            return jnp.where(want.any(), jnp.argmax(want), num_slots).astype(jnp.int32)
 
         def going(carry):
             p, walk = carry
             past = p > last_run_pos
-            nothing_fits = (walk.free_milli.max() < asked_later[jnp.minimum(p, num_jobs - 1)]) | (
+            nothing_fits = (walk.free_milli.max() < asked_later[jnp.minimum(p, num_slots - 1)]) | (
                 walk.num_running >= cfg.running_capacity)
             return (p < n_cand) & ~(past & nothing_fits)
 
-        def turn(carry):  # 2. the walk, one queued candidate per turn (running ones keep theirs)
+        def turn(carry):  # one queued candidate per turn (running ones keep theirs)
             p, walk = carry
             j = order[p]
             place = walk.num_running < cfg.running_capacity
             walk = self._place_preempting(key, walk, state, params, order, run_pos, n_run, p, j, place)
             return next_turn(p + 1, walk), walk
 
-        _, walk = jax.lax.while_loop(going, turn, (next_turn(0, walk), walk))
-        return walk, running0, queued0
+        return jax.lax.while_loop(going, turn, (next_turn(0, walk), walk))[1]
 
     def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, order, run_pos, n_run, p, j,
                           place) -> Walk:
@@ -232,8 +259,7 @@ class RoundsMixin:
         preempted, the others take theirs back. Nothing changes if it fits nowhere even with
         all of them given back."""
         jobs, cluster = state.jobs, params.cluster
-        num_jobs = jobs.num_jobs
-        at = lambda i: order[jnp.minimum(run_pos[i], num_jobs - 1)]  # noqa: E731
+        at = lambda i: order[jnp.minimum(run_pos[i], order.shape[0] - 1)]  # noqa: E731
 
         def releasing(c):
             i, _, _, fits = c

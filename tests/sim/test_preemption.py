@@ -31,10 +31,11 @@ from tests.test_reference_preemption import one_gpu_nodes
 
 TIRESIAS = {"tiresias_thresholds_gpu_s": (100.0, 600.0), "tiresias_promote_knob": 0.5}  # (test jobs: <= 5,440 GPU-s)
 ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
-    pytest.param(("las", "tiresias"), {"round_s": 40.0, "restart_overhead_s": 10.0, **TIRESIAS}, False,
-                 id="las-tiresias"),
+    # walk_slots 3: the candidates are sorted in 3 slots when they fit, else in J (both ways)
+    pytest.param(("las", "tiresias"), {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 3, **TIRESIAS},
+                 False, id="las-tiresias"),
     pytest.param(("srtf", "priority"), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
-                             "max_span": 3}, True, id="srtf-priority-gangs-by-size"),
+                             "max_span": 3, "walk_slots": 4}, True, id="srtf-priority-gangs-by-size"),
     extended(("las-gpu", "tiresias"), {"round_s": 30.0, "restart_overhead_s": (0.0, 7.5, 20.0),
                                        "restart_above_gpus": (1, 4), "max_span": 3, "gang_rule": "spread",
                                        "spread_penalty": 0.7, "tiresias_thresholds_gpu_s": (300.0,)},
