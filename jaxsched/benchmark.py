@@ -67,7 +67,7 @@ def lower_jax(params, workload, env_config, scheduler: str, batch: int, max_step
     env = ClusterEnv(sched.env_config(env_config))
     run_fn = sharded_rollout if shard else rollout
     gen = jax.jit(jax.vmap(lambda k: synthetic.generate(k, workload)))
-    run = jax.jit(lambda p, j, k: run_fn(env, sched.policy, None, p, j, k, max_steps, turns=sched.turns))
+    run = jax.jit(lambda p, j, k: run_fn(env, sched.bound_policy(env_config), None, p, j, k, max_steps, turns=sched.turns))
     keys = jax.random.split(jax.random.key(0), batch)
     jobs = jax.block_until_ready(gen(keys))
     return Program(scheduler, batch, run.lower(params, jobs, keys), (params, jobs, keys))

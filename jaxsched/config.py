@@ -118,8 +118,13 @@ class WorkloadConfig:
     each episode's pods with replacement from that part instead, arriving as a Poisson
     process at the target load (``alibaba.resample``): for steady-state episodes longer than
     the trace (openb's pods cover about 20 h of arrivals at load 0.9 on 64 nodes).
+    ``qos_classes`` (openb): the trace's ``qos`` values, highest priority first, giving each
+    pod's ``Jobs.qos_class`` (the ``priority`` round policy reads it); empty: openb's
+    ``alibaba.OPENB_QOS_CLASSES`` (LS, Guaranteed, Burstable, BE). A pod whose qos is not
+    listed is an error naming its row; a listed class no pod of the trace has, an error
+    naming ``workload.qos_classes``.
     For "synthetic": ``synthetic.target_load`` sets the load (its cluster_capacity is filled
-    in from the cluster when left out).
+    in from the cluster when left out); every job is class 0, as with philly and gavel.
     """
 
     source: str = "synthetic"
@@ -131,6 +136,7 @@ class WorkloadConfig:
     strict: bool = False
     trace_span: tuple = (0.0, 1.0)
     vcs: tuple = ()
+    qos_classes: tuple = ()
     synthetic: SyntheticConfig = SyntheticConfig(num_jobs=EPISODE_JOBS, target_load=0.9)
     throughputs: str = "../shared/data/gavel/simulation_throughputs.json"
     gavel: GavelConfig = GavelConfig(jobs_per_hour=GAVEL_JOBS_PER_HOUR, num_jobs=GAVEL_EPISODE_JOBS, multi_gpu=True)
@@ -140,7 +146,8 @@ class WorkloadConfig:
 class EvalConfig:
     """schedulers: registry names; episodes: how many; batch_size: episodes per jitted call;
     seed: base seed (episode i uses key fold_in(seed, i), so results do not depend on the
-    batch split); max_steps: decision cap per episode (0 = 3 x jobs + 100); out_dir: output.
+    batch split); max_steps: decision cap per episode (0 = 3 x jobs + 100; with rounds,
+    ``experiment.round_cap``: enough rounds for any schedule); out_dir: output.
     per_job: also write per_job.csv, the complete schedule (one row per job and scheduler).
     plots: write the PNG plots; timeline_episodes: episodes stepped again to record the
     cluster over time (the allocation/fragmentation plot and timeline.csv; 0 = none).

@@ -86,10 +86,13 @@ def _scheduler(sched: str | policies.Scheduler) -> policies.Scheduler:
 
 def scheduler_policy(sched: str | policies.Scheduler, config: cfg_lib.Config):
     """A scheduler's policy (a registry name, or a ``Scheduler`` such as a trained agent's),
-    after ``eval.warmup_scheduler``'s warm-up if set."""
+    after ``eval.warmup_scheduler``'s warm-up if set; a round policy with its settings bound
+    (``Scheduler.bound_policy``)."""
     sched = _scheduler(sched)
     warmup = config.eval.warmup_scheduler
-    if not warmup or sched.round_policy:  # (a round policy plays its warm-up itself)
+    if sched.round_policy:  # (a round policy plays its warm-up itself) with its settings
+        return sched.bound_policy(config.env)
+    if not warmup:
         return sched.policy
     return policies.warmed_up(sched.policy, policies.get_flat(warmup, "eval.warmup_scheduler").policy)
 
@@ -105,6 +108,8 @@ def run_scheduler(sched: str | policies.Scheduler, config: cfg_lib.Config, param
     """
     sched = _scheduler(sched)
     env = ClusterEnv(sched.env_config(config.env))  # its GPU rule and queue order
+    if env.config.rounds and not config.eval.max_steps:  # a round is a decision
+        max_steps = max(max_steps, experiment.round_cap(jobs, params, env.config.round_s))
     run = _compiled_rollout(env, scheduler_policy(sched, config), max_steps, sched.turns)
     episodes, batch = config.eval.episodes, config.eval.batch_size
     frames, records = [], []

@@ -67,13 +67,14 @@ def episode_keys(seed: int, num_episodes: int, stream: int):
 
 
 def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
-    """The trace of ``workload.trace``: openb's pod list (dynamic mode) or Philly's jobs of
-    ``workload.vcs``."""
+    """The trace of ``workload.trace``: openb's pod list (dynamic mode, its qos mapped by
+    ``workload.qos_classes``) or Philly's jobs of ``workload.vcs``."""
     if not w.trace:
         raise DataError("config", None, "workload.trace", f"source {w.source!r} needs a trace path")
     if w.source == "philly":
         return philly.load(paths.resolve_data_path(w.trace), vcs=list(w.vcs) or None)
-    return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict)
+    return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict,
+                                   qos_classes=list(w.qos_classes) or None)
 
 
 def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,
@@ -234,6 +235,21 @@ def episodes(config: cfg_lib.Config, nodes: cl.NodeTable) -> Episodes:
     params = to_device(EnvParams(build_cluster(config, nodes), frag))
     max_steps = config.eval.max_steps or 3 * jobs.num_jobs + 100
     return Episodes(jobs, params, max_steps, episode_keys(config.eval.seed, config.eval.episodes, stream=1), info)
+
+
+def round_cap(jobs: Jobs, params: EnvParams, round_s: float) -> int:
+    """The step cap of episodes run in rounds of ``round_s`` seconds (when eval.max_steps is 0):
+    a round is a decision, and every round of an episode that runs one job at a time on its
+    slowest GPU fits in it: ceil((arrival span + sum of work / slowest positive speed) /
+    round_s) + 3 J + 100, the largest over the episodes (``jobs`` [E, J]), at most 2^31 - 1."""
+    valid = np.asarray(jobs.valid, bool)
+    arrival = np.where(valid, np.asarray(jobs.arrival_s, np.float64), np.nan)
+    speeds = np.asarray(params.cluster.type_speed, np.float64)
+    slowest = min(1.0, speeds[speeds > 0].min()) if (speeds > 0).any() else 1.0
+    work = np.where(valid, np.asarray(jobs.work_s, np.float64), 0.0).sum(-1) / slowest
+    span = np.nan_to_num(np.nanmax(arrival, -1) - np.nanmin(arrival, -1))
+    rounds = np.ceil((span + work) / round_s).max() + 3 * jobs.num_jobs + 100
+    return int(min(rounds, 2**31 - 1))
 
 
 def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):

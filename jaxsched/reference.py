@@ -75,6 +75,10 @@ class RefConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    # The tiresias round policy's settings (semantics.md, "Round policies"): queue thresholds
+    # in attained GPU-seconds (m thresholds, m + 1 queues) and the promotion knob (0: off).
+    tiresias_thresholds_gpu_s: tuple = (3250.0, 7200.0)
+    tiresias_promote_knob: float = 0.0
 
     @classmethod
     def like(cls, config) -> "RefConfig":
@@ -90,6 +94,8 @@ class RefConfig:
             object.__setattr__(self, "restart_overhead_s", (float(self.restart_overhead_s),))
         object.__setattr__(self, "restart_overhead_s", tuple(self.restart_overhead_s))
         object.__setattr__(self, "restart_above_gpus", tuple(self.restart_above_gpus))
+        object.__setattr__(self, "tiresias_thresholds_gpu_s", tuple(self.tiresias_thresholds_gpu_s))
+        thresholds = self.tiresias_thresholds_gpu_s
         costs, above = self.restart_overhead_s, self.restart_above_gpus
         checks = (
             (self.mode in ("dynamic", "static"), f"mode {self.mode!r}"),
@@ -112,6 +118,10 @@ class RefConfig:
             (len(above) == len(costs) - 1 and all(b >= 0 for b in above)
              and all(a < b for a, b in zip(above, above[1:])),
              f"restart_above_gpus {above} (one threshold fewer than restart_overhead_s, increasing, >= 0)"),
+            (all(0 < b < math.inf for b in thresholds) and all(a < b for a, b in zip(thresholds, thresholds[1:])),
+             f"tiresias_thresholds_gpu_s {thresholds} (strictly increasing, finite, > 0)"),
+            (0 <= self.tiresias_promote_knob < math.inf,
+             f"tiresias_promote_knob {self.tiresias_promote_knob} (a finite number >= 0; 0 = off)"),
         )
         for ok, what in checks:
             if not ok:
@@ -119,7 +129,8 @@ class RefConfig:
 
 
 # RefConfig's settings of rounds (RefConfig.like leaves them off when a config lacks them).
-ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus")
+ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus", "tiresias_thresholds_gpu_s",
+                  "tiresias_promote_knob")
 
 
 class _Job(NamedTuple):
@@ -134,6 +145,7 @@ class _Job(NamedTuple):
     model_mask: int
     deadline_s: np.float32
     job_type: int  # column of the cluster's type_speed
+    qos_class: int  # priority class, higher = more important (the priority round policy)
 
 
 def _model_allowed(model_mask: int, gpu_model: int) -> bool:
@@ -233,7 +245,7 @@ class ReferenceSim:
         cols = {
             name: np.asarray(getattr(jobs, name))
             for name in ("arrival_s", "work_s", "num_gpu", "gpu_milli", "cpu_milli", "mem_mib",
-                         "model_mask", "deadline_s", "job_type")
+                         "model_mask", "deadline_s", "job_type", "qos_class")
         }
         self.jobs = [
             _Job(
@@ -246,6 +258,7 @@ class ReferenceSim:
                 model_mask=int(cols["model_mask"][j]),
                 deadline_s=np.float32(cols["deadline_s"][j]),
                 job_type=int(cols["job_type"][j]),
+                qos_class=int(cols["qos_class"][j]),
             )
             for j in range(self.J)
         ]
@@ -1609,10 +1622,68 @@ WINDOW_RULES = {
 # running jobs' entries are read.
 
 
+def _in_system(sim: ReferenceSim) -> list:
+    """The jobs queued or running now, by index."""
+    return sorted(sim.queue + [j for _, j in sim.running])
+
+
+def max_min_shares(sizes: list, gpus: int) -> list:
+    """Gavel's heterogeneity-agnostic max-min fair shares of time (all throughputs 1, one GPU
+    type), water-filled: every job of ``sizes`` (GPUs, each >= 1) gets an equal level L of the
+    ``gpus`` GPUs, capped at its size (share 1); the GPUs a capped job leaves are shared out
+    again among the others. -> [share] float32, min(1, L / size), L in float32 as the env has it."""
+    shares = [np.float32(1)] * len(sizes)
+    open_jobs, left = list(range(len(sizes))), gpus
+    while open_jobs:
+        capped = [i for i in open_jobs if sizes[i] * len(open_jobs) <= left]  # size <= the level
+        if not capped:
+            level = np.float32(np.float32(left) / np.float32(len(open_jobs)))
+            for i in open_jobs:
+                shares[i] = min(np.float32(1), np.float32(level / np.float32(sizes[i])))
+            break
+        for i in capped:
+            left -= sizes[i]
+            open_jobs.remove(i)
+    return shares
+
+
 def _las_priority(sim: ReferenceSim) -> list:
-    """las, least attained service: the fewest GPU-seconds held so far first (a job that
-    has not run yet has 0). CPU-only jobs hold no GPU, so they always come first."""
+    """las, Gavel's LAS: a job's max-min fair share of time (CPU-only jobs: 1) over the time it
+    has received (wall seconds held, plus Gavel's head start of half a round); 0 for jobs not
+    in the system (not read)."""
+    gpu_jobs = [j for j in _in_system(sim) if sim.jobs[j].num_gpu > 0]
+    shares = {j: np.float32(1) for j in _in_system(sim)}
+    shares.update(zip(gpu_jobs, max_min_shares([sim.jobs[j].num_gpu for j in gpu_jobs],
+                                                sum(len(g) for g in sim.gpus_of))))
+    head_start = np.float32(sim.config.round_s / 2)
+    return [np.float32(shares[j] / np.float32(sim.attained_now(j)[0] + head_start)) if j in shares
+            else np.float32(0) for j in range(sim.J)]
+
+
+def _las_gpu_priority(sim: ReferenceSim) -> list:
+    """las-gpu, least attained GPU-time (continuous 2D-LAS): the fewest GPU-seconds held so
+    far first (a job that has not run yet has 0). CPU-only jobs hold no GPU, so they always
+    come first."""
     return [-sim.attained_now(j)[1] for j in range(sim.J)]
+
+
+def _tiresias_priority(sim: ReferenceSim) -> list:
+    """tiresias, discretized 2D-LAS: queue q = how many thresholds the job's attained
+    GPU-seconds reach (0 while promoted: it has started and waited, since its first start,
+    at least knob times its attained seconds); -2 q, plus 1 for a running job (a queue's
+    running jobs before its queued ones; then arrival order, the env's tie-break)."""
+    cfg, t = sim.config, sim.time_s
+    knob = np.float32(cfg.tiresias_promote_knob)
+    out = []
+    for j in range(sim.J):
+        attained_s, attained_gpu_s = sim.attained_now(j)
+        queue = sum(attained_gpu_s >= np.float32(b) for b in cfg.tiresias_thresholds_gpu_s)
+        if knob > 0 and np.isfinite(sim.start_s[j]):
+            waited_s = np.float32(np.float32(t - sim.start_s[j]) - attained_s)
+            if waited_s >= np.float32(knob * attained_s):
+                queue = 0
+        out.append(np.float32(-2 * queue + sim._in_segment(j)))
+    return out
 
 
 def _srtf_priority(sim: ReferenceSim) -> list:
@@ -1621,9 +1692,19 @@ def _srtf_priority(sim: ReferenceSim) -> list:
     return [-sim.remaining_now(j) for j in range(sim.J)]
 
 
+def _qos_priority(sim: ReferenceSim) -> list:
+    """priority, by priority class: 2 qos_class, plus 1 for a running job (a class's running
+    jobs before its queued ones, so a queued job preempts running jobs of lower classes only;
+    then arrival order, the env's tie-break)."""
+    return [np.float32(2 * sim.jobs[j].qos_class + sim._in_segment(j)) for j in range(sim.J)]
+
+
 ROUND_POLICIES = {
     "las": _las_priority,
+    "las-gpu": _las_gpu_priority,
+    "tiresias": _tiresias_priority,
     "srtf": _srtf_priority,
+    "priority": _qos_priority,
 }
 
 

@@ -155,8 +155,8 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_job
 
     ``jobs``: the batch's ``Jobs`` ([E, J] arrays); ``records``: see ``job_outcomes``.
     Columns: scheduler, episode, job, arrival_s, work_s, num_gpu, gpu_milli, cpu_milli,
-    mem_mib, outcome, node (-1 = never placed; a gang's anchor), num_nodes (0 = never placed;
-    above 1 for a gang), gpu_bits (bit g = GPU g of the node), start_s, end_s (empty = never started; static mode: never ends; a rejected job: when
+    mem_mib, qos_class (the job's priority class), outcome, node (-1 = never placed; a gang's
+    anchor), num_nodes (0 = never placed; above 1 for a gang), gpu_bits (bit g = GPU g of the node), start_s, end_s (empty = never started; static mode: never ends; a rejected job: when
     it was rejected), measured (one of the measured jobs: ``warmup_jobs`` .. the episode's
     ``measure_last``); with rounds (``ROUND_FIELDS`` in ``records``) preemptions, attained_s
     and attained_gpu_s.
@@ -177,6 +177,7 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_job
         "gpu_milli": take(jobs.gpu_milli),
         "cpu_milli": take(jobs.cpu_milli),
         "mem_mib": take(jobs.mem_mib),
+        "qos_class": take(jobs.qos_class),
         "outcome": np.asarray(OUTCOMES)[code[eps, idx]],
         "node": take(records["node"]),
         "num_nodes": take(num_nodes(records["node"], records["span_node"])),

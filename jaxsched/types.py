@@ -88,6 +88,10 @@ class Jobs:
                             (0 everywhere by default: one type, the per-model speeds);
                             ``0 <= job_type < Cluster.num_types``, checked on the host
                             (``cluster.check_job_types``), not in the env
+    qos_class  [J] int32    the job's priority class, higher = more important (0 everywhere by
+                            default: one class; padding 0). Only the ``priority`` round
+                            policy reads it; the openb loader maps the trace's ``qos`` to it
+                            (``workload.qos_classes``)
     """
 
     arrival_s: jax.Array
@@ -100,6 +104,7 @@ class Jobs:
     deadline_s: jax.Array
     valid: jax.Array
     job_type: jax.Array
+    qos_class: jax.Array
 
     @property
     def num_jobs(self) -> int:
@@ -382,16 +387,21 @@ class Observation:
 def jobs_from_numpy(
     arrival_s, work_s, num_gpu, gpu_milli, cpu_milli, mem_mib,
     model_mask=None, deadline_s=None, pad_to: int | None = None, job_type=None,
-    num_types: int | None = None,
+    num_types: int | None = None, qos_class=None,
 ) -> Jobs:
     """Build a sorted, padded ``Jobs`` from 1-D host arrays (stable sort by arrival).
 
     ``job_type`` (default all 0) must hold whole numbers >= 0, and < ``num_types`` when given
-    (the cluster's T): else a ``DataError`` naming the first bad job (its input row)."""
+    (the cluster's T): else a ``DataError`` naming the first bad job (its input row).
+    ``qos_class``: each job's priority class (default all 0), whole numbers."""
     n = len(arrival_s)
     model_mask = np.full(n, ALL_MODELS, np.int32) if model_mask is None else model_mask
     deadline_s = np.full(n, np.inf, np.float32) if deadline_s is None else deadline_s
     job_type = np.zeros(n, np.int32) if job_type is None else check_job_type(job_type, num_types, n)
+    qos_class = np.zeros(n, np.int32) if qos_class is None else np.asarray(qos_class)
+    if qos_class.shape != (n,) or qos_class.dtype.kind not in "biu":
+        raise DataError("jobs", None, "qos_class",
+                        f"expected {n} whole numbers, got {qos_class.dtype} of shape {qos_class.shape}")
     order = np.argsort(np.asarray(arrival_s, np.float64), kind="stable")
     size = n if pad_to is None else pad_to
     if size < n:
@@ -413,6 +423,7 @@ def jobs_from_numpy(
         deadline_s=pad(deadline_s, np.float32, np.inf),
         valid=pad(np.ones(n, bool), bool, False),
         job_type=pad(job_type, np.int32, 0),
+        qos_class=pad(qos_class, np.int32, 0),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -17,10 +18,11 @@ import pandas as pd
 import pytest
 
 from jaxsched import cluster as cl
+from jaxsched import config as cfg_lib
 from jaxsched import evaluate, experiment, report
 from jaxsched.rollout import rollout, rollout_timeline
 from jaxsched.sim import ClusterEnv, EnvConfig
-from jaxsched.types import EnvParams, to_device
+from jaxsched.types import EnvParams, jobs_from_numpy, to_device
 from jaxsched.workload import classes, synthetic
 
 NODES = 4
@@ -102,7 +104,7 @@ def test_per_job_csv_is_a_complete_schedule_matching_the_metrics(cli_run):
     jobs = pd.read_csv(cli_run / "per_job.csv")
     eps = pd.read_csv(cli_run / "per_episode.csv")
     assert list(jobs.columns) == ["scheduler", "episode", "job", "arrival_s", "work_s", "num_gpu",
-                                  "gpu_milli", "cpu_milli", "mem_mib", "outcome", "node",
+                                  "gpu_milli", "cpu_milli", "mem_mib", "qos_class", "outcome", "node",
                                   "num_nodes", "gpu_bits", "start_s", "end_s", "measured"]
     counts = (jobs.groupby(["scheduler", "episode"])["outcome"].value_counts()
               .unstack(fill_value=0).reindex(columns=list(report.OUTCOMES), fill_value=0))
@@ -309,3 +311,31 @@ def test_rollout_timeline_ends_in_the_final_state_of_rollout():
                                np.asarray(capped.core.frag_node).sum(-1), rtol=1e-5)
     np.testing.assert_array_equal(tl["queue_len"][:, mid - 1], capped.core.queue_len)
     assert (np.asarray(tl["alloc_milli"])[:, mid - 1] > 0).any()
+
+
+
+
+def test_round_cap_bounds_one_job_at_a_time_on_the_slowest_gpu():
+    # Two episodes of two valid jobs (and one pad) on GPUs of speed 0.5 and 2.0 (and 0: a job
+    # type that cannot run there), rounds of 100 s: the cap is the larger of the episodes'
+    # ceil((arrival span + work / 0.5) / 100) rounds, plus 3 J + 100.
+    def episode(arrival_s, work_s):
+        return jobs_from_numpy(np.array(arrival_s, np.float32), np.array(work_s, np.float32), np.ones(2, np.int32),
+                               np.full(2, 1000, np.int32), np.ones(2, np.int32), np.ones(2, np.int32), pad_to=3)
+
+    jobs = jax.tree.map(lambda *x: np.stack(x), episode([0.0, 1000.0], [100.0, 200.0]),
+                        episode([50.0, 60.0], [1000.0, 1010.0]))
+    params = SimpleNamespace(cluster=SimpleNamespace(type_speed=np.array([[0.5, 0.0], [2.0, 1.0]])))
+    first, second = math.ceil((1000 + 300 / 0.5) / 100), math.ceil((10 + 2010 / 0.5) / 100)
+    assert experiment.round_cap(jobs, params, 100.0) == max(first, second) + 3 * 3 + 100
+
+
+def test_round_policies_run_to_the_end_past_the_flat_step_cap():
+    # In rounds of 1 s these episodes take some 300 rounds, more than the flat cap 3 J + 100
+    # (190): the evaluation raises its cap for round policies, and every episode ends.
+    config = cfg_lib.load(None, ["cluster.preset_nodes=1", "workload.synthetic.num_jobs=30", "env.round_s=1",
+                                 "env.warmup_jobs=0", "env.measured_jobs=30", "eval.episodes=2", "eval.batch_size=2"])
+    ep = experiment.episodes(config, experiment.build_nodes(config))
+    frame, _ = evaluate.run_scheduler("srtf", config, ep.params, ep.jobs, ep.env_keys, ep.max_steps)
+    assert (frame["decisions"] > ep.max_steps).all() and (frame["done"] == 1).all()
+    assert (frame["finished"] == 30).all()

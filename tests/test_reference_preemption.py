@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxsched import cluster as C
-from jaxsched.reference import ROUND_POLICIES, RefConfig, ReferenceSim, run
+from jaxsched.reference import ROUND_POLICIES, ROUND_SETTINGS, RefConfig, ReferenceSim, max_min_shares, run
 from jaxsched.types import GPU_MILLI, jobs_from_numpy
 
 from tests.test_reference import ONE_GPU_CLASS, gpu_job, make_cluster, make_jobs
@@ -34,7 +34,7 @@ def run_rounds(cluster, jobs, config, round_policy, max_rounds=10_000):
 
 # ---------------------------------------------------------------- by hand
 
-def test_las_two_nodes_three_jobs_round_100_restart_10_by_hand():
+def test_las_gpu_two_nodes_three_jobs_round_100_restart_10_by_hand():
     # Two 1-GPU V100 nodes (speed 1); rounds every 100 s from t0 = 0; a restart costs 10 s.
     #   j0: 250 s of work, arrives 0    j1: 150 s, arrives 0    j2: 100 s, arrives 50
     # t=0   round: j0, j1 have attained 0 -> j0 on node 0 (0..250), j1 on node 1 (0..150).
@@ -49,7 +49,7 @@ def test_las_two_nodes_three_jobs_round_100_restart_10_by_hand():
     cluster = one_gpu_nodes(2)
     jobs = make_jobs([gpu_job(0, 250), gpu_job(0, 150), gpu_job(50, 100)])
     out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100, restart_overhead_s=10.0),
-              round_policy="las")
+              round_policy="las-gpu")
     np.testing.assert_array_equal(out["start_s"], np.float32([0, 0, 100]))
     np.testing.assert_array_equal(out["end_s"], np.float32([250, 260, 200]))
     np.testing.assert_array_equal(out["node"], [0, 1, 1])
@@ -63,6 +63,67 @@ def test_las_two_nodes_three_jobs_round_100_restart_10_by_hand():
     assert m["restart_gpu_s"] == pytest.approx(10.0)
     assert m["jct_mean"] == pytest.approx((250 + 260 + 150) / 3)
     assert m["queue_delay_mean"] == pytest.approx((0 + 0 + 50) / 3)
+
+
+def test_gavel_las_gives_the_max_min_share_over_time_received_by_hand():
+    # One 2-GPU node, rounds every 100 s, no restart cost; Gavel's head start: 100 / 2 = 50 s.
+    #   j0: 2 GPUs, 300 s, arrives 0    j1: 1 GPU, 150 s, arrives 0
+    # Max-min shares (water-filling 2 GPUs over sizes 1 and 2): level 1, so x1 = 1, x0 = 1/2
+    # while both are in the system. priority = x / (attained_s + 50).
+    # t=0   j0 0.5/50 = 0.01 < j1 1/50 = 0.02: j1 runs (0..150); j0 does not fit the GPU left.
+    #       (las-gpu would start j0 first: both have 0 GPU-seconds, ties by index.)
+    # t=100 j0 0.5/50 = 0.01 > j1 1/150: j0 preempts j1 (50 s left) and runs 100..400.
+    # t=200 j0 0.5/150 < j1 1/150: j1 preempts j0 (200 s left) and runs 200..250.
+    # t=300 j0 alone (x = 1): 300..500; t=400 it keeps running.
+    cluster = make_cluster(("V100", 2, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 300, num_gpu=2), gpu_job(0, 150)])
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100), round_policy="las")
+    np.testing.assert_array_equal(out["start_s"], np.float32([100, 0]))
+    np.testing.assert_array_equal(out["end_s"], np.float32([500, 250]))
+    np.testing.assert_array_equal(out["preemptions"], [1, 1])
+    np.testing.assert_array_equal(out["attained_s"], np.float32([300, 150]))
+    assert out["metrics"]["decisions"] == 5
+    gpu_first = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100), round_policy="las-gpu")
+    assert gpu_first["start_s"][0] == 0
+
+
+@pytest.mark.parametrize("sizes, gpus, shares", [
+    ([1, 2], 2, [1, 1 / 2]),
+    ([1, 8], 8, [1, 7 / 8]),
+    ([4, 1, 1, 4], 6, [1 / 2, 1, 1, 1 / 2]),
+    ([3, 5], 8, [1, 1]),  # the GPUs cover every job
+    ([2, 2, 2], 3, [1 / 2, 1 / 2, 1 / 2]),
+])
+def test_max_min_shares_water_fill_the_gpus(sizes, gpus, shares):
+    got = max_min_shares(sizes, gpus)
+    np.testing.assert_array_equal(got, np.float32(shares))
+    assert sum(s * x for s, x in zip(sizes, got)) == pytest.approx(min(gpus, sum(sizes)))
+
+
+@pytest.mark.parametrize("knob, end_s, preemptions", [(1.0, [450, 320], [2, 1]), (0.0, [450, 220], [1, 0])])
+def test_tiresias_queues_fifo_and_promotion_by_hand(knob, end_s, preemptions):
+    # One 1-GPU node, rounds every 50 s, no restart cost, queues at 100 GPU-s (Q0 below, Q1
+    # from it). priority = -2 * queue + running (a queue's running jobs first, then arrival).
+    #   j0: 300 s, arrives 0      j1: 120 s, arrives 10
+    # t=0   j0 (Q0) runs.
+    # t=50  j0 Q0 running before j1 Q0 queued: j0 keeps (las-gpu would preempt it).
+    # t=100 j0 reaches 100 GPU-s: Q1; j1 (Q0) preempts it (200 s left) and runs 100..220.
+    # t=150 j0 waited 150 - 100 = 50 since its first start, < knob x 100 attained: Q1; j1 keeps.
+    # knob 1:
+    # t=200 j1 Q1 (100); j0 waited 200 - 100 = 100 >= 100: promoted to Q0, preempts j1 (20 s
+    #       left) and runs 200..400.
+    # t=250 j0 waited 100 < 150 attained: Q1, running; j1 waited 50 < 100: Q1, queued: j0 keeps.
+    # t=300 j1 waited 100 >= 100: promoted, preempts j0 (100 s left): 300..320.
+    # t=350 j0 alone: 350..450.
+    # knob 0: at 200 both are in Q1, j1 running first: it ends at 220; j0 runs 250..450.
+    cluster = one_gpu_nodes(1)
+    jobs = make_jobs([gpu_job(0, 300), gpu_job(10, 120)])
+    config = RefConfig(round_s=50, tiresias_thresholds_gpu_s=(100.0,), tiresias_promote_knob=knob)
+    out = run_rounds(cluster, jobs, config, "tiresias").results()
+    np.testing.assert_array_equal(out["start_s"], np.float32([0, 100]))
+    np.testing.assert_array_equal(out["end_s"], np.float32(end_s))
+    np.testing.assert_array_equal(out["preemptions"], preemptions)
+    np.testing.assert_array_equal(out["attained_s"], np.float32([300, 120]))
 
 
 def test_srtf_preempts_the_longer_job_and_the_restart_shifts_its_end():
@@ -82,6 +143,34 @@ def test_srtf_preempts_the_longer_job_and_the_restart_shifts_its_end():
     assert out["segments"][0] == [(0, 0, 100, 1), (200, 210, 410, 1)]
 
 
+def test_priority_classes_preempt_lower_classes_only_by_hand():
+    # One 1-GPU node, round 100 s, restart 10 s; priority = 2 qos_class + running.
+    #   j0: BE (class 0), 300 s, arrives 0    j1: LS (class 1), 250 s, arrives 50
+    #   j2: LS (class 1), 100 s, arrives 60
+    # t=0   j0 runs (0..300).
+    # t=100 order j1 (2), j2 (2), j0 (1, running): j1 preempts j0 (200 s left), runs 100..350;
+    #       j2 fits nowhere and the only running job, j1, is before it.
+    # t=200, 300: j1 (3, running) before j2 (2): an LS job never preempts an LS job (las-gpu
+    #       would: j2 has attained less).
+    # t=400 j1 ended at 350: j2 (2) before j0 (0): j2 runs 400..500.
+    # t=500 j0 restarts: 500 + 10 + 200 = 710. Rounds 0..700 decided.
+    cluster = one_gpu_nodes(1)
+    jobs = make_jobs([gpu_job(0, 300), gpu_job(50, 250), gpu_job(60, 100)])
+    config = RefConfig(round_s=100, restart_overhead_s=10.0)
+    out = run_rounds(cluster, jobs.replace(qos_class=np.int32([0, 1, 1])), config, "priority").results()
+    np.testing.assert_array_equal(out["start_s"], np.float32([0, 100, 400]))
+    np.testing.assert_array_equal(out["end_s"], np.float32([710, 350, 500]))
+    np.testing.assert_array_equal(out["preemptions"], [1, 0, 0])
+    assert out["segments"][0] == [(0, 0, 100, 1), (500, 510, 710, 1)]
+    assert out["metrics"]["decisions"] == 8
+    # One class (every job 0, as without a trace): running jobs always first, so no
+    # preemption: FIFO, each job started at the first round after the GPU frees.
+    fifo = run_rounds(cluster, jobs, config, "priority").results()
+    np.testing.assert_array_equal(fifo["start_s"], np.float32([0, 300, 600]))
+    np.testing.assert_array_equal(fifo["end_s"], np.float32([300, 550, 700]))
+    assert not fifo["preemptions"].any()
+
+
 def test_a_job_arriving_mid_round_waits_and_a_completion_at_a_round_frees_its_gpu_first():
     # One 1-GPU node, round 100 s, no restart cost. j0 runs 0..100; j1 arrives at 30 and
     # waits for the round at 100, where j0's end (same instant) has freed the GPU first;
@@ -89,7 +178,7 @@ def test_a_job_arriving_mid_round_waits_and_a_completion_at_a_round_frees_its_gp
     # the GPU idles from 180 to 200.
     cluster = one_gpu_nodes(1)
     jobs = make_jobs([gpu_job(0, 100), gpu_job(30, 80), gpu_job(200, 10)])
-    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100), round_policy="las")
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100), round_policy="las-gpu")
     np.testing.assert_array_equal(out["start_s"], np.float32([0, 100, 200]))
     np.testing.assert_array_equal(out["end_s"], np.float32([100, 180, 210]))
     assert out["metrics"]["preemptions"] == 0 and out["metrics"]["decisions"] == 3
@@ -127,14 +216,14 @@ def test_a_preemption_during_the_restart_loses_it_and_the_next_start_pays_it_aga
 @pytest.mark.parametrize("nodes, num_gpu, cost_s", [(1, 8, 40.0), (2, 16, 60.0)])
 def test_restart_cost_steps_by_job_size_and_a_gang_is_preempted_whole(nodes, num_gpu, cost_s):
     # Lucid's rule: 40 s, 60 s above 8 GPUs. A big job (one 8-GPU node, or a 16-GPU gang
-    # over two) runs from 0; a 1-GPU job arriving at 50 has attained less at the round at
+    # over two) runs from 0; a 1-GPU job arriving at 50 has attained less (las-gpu) at the round at
     # 100 and needs GPU 0 of node 0: the big job is preempted whole (every part released;
     # 400 s left) and the small one runs 100..200. At 200 the big job restarts (on both
     # nodes again, for the gang): 200 + cost + 400.
     cluster = make_cluster(*[("V100", 8, 64000, 262144)] * nodes)
     jobs = make_jobs([gpu_job(0, 500, num_gpu=num_gpu, cpu_milli=8000), gpu_job(50, 100)])
     config = RefConfig(round_s=100, restart_overhead_s=(40.0, 60.0), restart_above_gpus=(8,), max_span=2)
-    sim = run_rounds(cluster, jobs, config, "las")
+    sim = run_rounds(cluster, jobs, config, "las-gpu")
     out = sim.results()
     np.testing.assert_array_equal(out["start_s"], np.float32([0, 100]))
     np.testing.assert_array_equal(out["end_s"], np.float32([200 + cost_s + 400, 200]))
@@ -161,7 +250,7 @@ def test_a_held_job_is_preempted_and_stays_queued_until_released():
 
 def random_episode(seed, num_jobs=40):
     """Three 8-GPU nodes of different speeds and jobs of every kind (CPU-only, fractional,
-    whole GPUs, gangs of up to 16), arriving over ~30 minutes."""
+    whole GPUs, gangs of up to 16), arriving over ~30 minutes, in priority classes 0 and 1."""
     rng = np.random.default_rng(seed)
     table = C._table([(f"n{i}", model, 8, 64000, 262144)
                       for i, model in enumerate(("V100", "T4", "V100"))])
@@ -172,7 +261,8 @@ def random_episode(seed, num_jobs=40):
     jobs = jobs_from_numpy(np.sort(rng.uniform(0, 1800, num_jobs)).astype(np.float32),
                            rng.uniform(10, 900, num_jobs).astype(np.float32),
                            sizes, gpu_milli, rng.integers(500, 4000, num_jobs),
-                           rng.integers(512, 8192, num_jobs))
+                           rng.integers(512, 8192, num_jobs),
+                           qos_class=rng.integers(0, 2, num_jobs))  # (drawn last: the rest as before)
     return cluster, jobs
 
 
@@ -215,7 +305,7 @@ def test_attained_service_of_a_job_never_preempted_is_its_work_over_its_speed():
     table = C._table([("n0", "T4", 8, 64000, 262144)])
     cluster = C.to_cluster(table, speeds={"T4": 0.45})
     out = run(cluster, make_jobs([gpu_job(0, 90, num_gpu=2)]), ONE_GPU_CLASS,
-              RefConfig(round_s=100), round_policy="las")
+              RefConfig(round_s=100), round_policy="las-gpu")
     assert out["end_s"][0] == np.float32(np.float32(90) / np.float32(0.45))
     assert out["attained_s"][0] == out["end_s"][0]
     assert out["attained_gpu_s"][0] == np.float32(2 * out["end_s"][0])
@@ -259,6 +349,10 @@ def test_round_s_zero_leaves_every_result_as_it_was(policy):
     (dict(restart_overhead_s=(40.0, -1.0), restart_above_gpus=(8,)), "restart_overhead_s"),
     (dict(restart_overhead_s=(40.0, 60.0)), "restart_above_gpus"),
     (dict(restart_overhead_s=(7.0, 30.0, 60.0), restart_above_gpus=(8, 8)), "restart_above_gpus"),
+    (dict(tiresias_thresholds_gpu_s=(7200.0, 3250.0)), "tiresias_thresholds_gpu_s"),
+    (dict(tiresias_thresholds_gpu_s=(0.0, 3250.0)), "tiresias_thresholds_gpu_s"),
+    (dict(tiresias_promote_knob=-1.0), "tiresias_promote_knob"),
+    (dict(tiresias_promote_knob=math.inf), "tiresias_promote_knob"),
 ])
 def test_bad_round_and_restart_settings_are_refused_naming_the_field(settings, field):
     with pytest.raises(ValueError, match=field):
@@ -284,7 +378,7 @@ def test_like_keeps_rounds_off_for_a_config_without_them():
 
     env = EnvLike()
     for name, value in vars(RefConfig(window=3)).items():
-        if name not in ("round_s", "restart_overhead_s", "restart_above_gpus"):
+        if name not in ROUND_SETTINGS:
             setattr(env, name, value)
     config = RefConfig.like(env)
     assert config.window == 3 and config.round_s == 0 and config.restart_overhead_s == (0.0,)

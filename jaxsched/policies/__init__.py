@@ -27,8 +27,9 @@ from jaxsched.policies.gpu_clustering import gpu_clustering
 from jaxsched.policies.gpu_packing import gpu_packing
 from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
+from jaxsched.policies import rounds
 from jaxsched.policies.reserving_packing import reserving_packing
-from jaxsched.policies.rounds import las, srtf
+from jaxsched.policies.rounds import las, las_gpu, priority, srtf, tiresias
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -69,6 +70,14 @@ class Scheduler:
             changes["resched_interval_s"] = DRR_RESCHED_INTERVAL_S
         changes["round_s"] = (config.round_s or ROUND_S) if self.round_policy else 0.0
         return dataclasses.replace(config, **changes)
+
+    def bound_policy(self, config):
+        """The policy to run in the env of ``env_config(config)``: a round policy with its
+        ``RoundSettings`` (that env's round length and Tiresias settings) bound as params;
+        any other scheduler's policy as it is."""
+        if not self.round_policy:
+            return self.policy
+        return rounds.with_settings(self.policy, rounds.settings(self.env_config(config)))
 
 
 # Job shapes of each kind in fgd's drop table (``EnvConfig.fgd_table``): the openb pod lists
@@ -123,11 +132,20 @@ REGISTRY = {
                   "Hops-style: fill GPU fragments smallest first, else latency-ratio fairness "
                   "with speed vs packing weighted by queue pressure", queue_order="fifo"),
         Scheduler("las", las, "best-fit",
-                  "round policy, least attained (GPU-time) service first; preempts, first-fit",
+                  "round policy, Gavel's LAS: max-min fair share over time received; preempts, first-fit",
                   turns=None, round_policy=True),
+        Scheduler("las-gpu", las_gpu, "best-fit",
+                  "round policy, least attained GPU-time first (Tiresias's continuous 2D-LAS); "
+                  "preempts, first-fit", turns=None, round_policy=True),
+        Scheduler("tiresias", tiresias, "best-fit",
+                  "round policy, Tiresias's discretized 2D-LAS: GPU-time queues, FIFO in a queue, "
+                  "starved jobs promoted; preempts, first-fit", turns=None, round_policy=True),
         Scheduler("srtf", srtf, "best-fit",
                   "round policy, shortest remaining time first (oracle sizes); preempts, first-fit",
                   turns=None, round_policy=True),
+        Scheduler("priority", priority, "best-fit",
+                  "round policy, priority classes (openb's qos): a higher class preempts lower ones, "
+                  "running first and FIFO in a class; first-fit", turns=None, round_policy=True),
     )
 }
 

@@ -1,20 +1,154 @@
-"""Round policies (docs/semantics.md, "Preemption and rounds"): with rounds
-(``EnvConfig.round_s`` > 0) a policy is ``policy(params, state, key) -> priority [J] float32``,
-read for the queued and running jobs only: higher runs first, ties to the lower job index;
-NaN or -inf holds a job back. ``ClusterEnv.step_round`` takes the priorities.
+"""Round policies (docs/semantics.md, "Preemption and rounds" and "Round policies"): with
+rounds (``EnvConfig.round_s`` > 0) a policy is ``policy(params, state, key) -> priority [J]
+float32``, read for the queued and running jobs only: higher runs first, ties to the lower job
+index; NaN or -inf holds a job back. ``ClusterEnv.step_round`` takes the priorities.
+
+``params`` of a round policy is its ``RoundSettings`` (the run's round length and Tiresias's
+queues, from the ``EnvConfig``): ``with_settings`` binds them, as ``evaluate.scheduler_policy``
+does for every registered round policy; las-gpu, srtf and priority read none.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
+import jax.numpy as jnp
+
 from jaxsched.sim.rounds import attained_now, remaining_now
+from jaxsched.types import GPU_MILLI
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundSettings:
+    """What the round policies read from the run's ``EnvConfig`` (hashable: bound as constants).
+
+    round_s: seconds between rounds (las: a job's head start of time received is round_s / 2).
+    tiresias_thresholds_gpu_s: tiresias's queue thresholds, attained GPU-seconds (b_1 < ... < b_m:
+      m + 1 queues).
+    tiresias_promote_knob: tiresias's starvation knob (0: no promotion).
+    """
+
+    round_s: float
+    tiresias_thresholds_gpu_s: tuple
+    tiresias_promote_knob: float
+
+
+def settings(config) -> RoundSettings:
+    """The ``RoundSettings`` of an ``EnvConfig`` (one with rounds)."""
+    return RoundSettings(float(config.round_s), tuple(float(b) for b in config.tiresias_thresholds_gpu_s),
+                         float(config.tiresias_promote_knob))
+
+
+@functools.lru_cache(maxsize=None)
+def with_settings(policy, round_settings: RoundSettings):
+    """``policy`` with ``round_settings`` as its params (cached: the same pair gives the same
+    function, so jitted rollouts compile once)."""
+    def bound(params, state, key):
+        return policy(round_settings, state, key)
+    return bound
+
+
+def _need(params, name):
+    if not isinstance(params, RoundSettings):
+        raise ValueError(f"round policy {name!r} needs its RoundSettings as params "
+                         "(policies.rounds.with_settings(policy, settings(env_config)))")
+    return params
+
+
+def _mark(ids, num_jobs):
+    """[J] bool: the job indices of ``ids`` (-1 = none)."""
+    return jnp.zeros(num_jobs, bool).at[jnp.where(ids >= 0, ids, num_jobs)].set(True, mode="drop")
+
+
+def running_jobs(state):
+    """[J] bool: the jobs running now."""
+    return _mark(state.core.run_job, state.jobs.num_jobs)
+
+
+def active_jobs(state):
+    """[J] bool: the jobs in the system now, queued or running."""
+    return _mark(state.core.queue, state.jobs.num_jobs) | running_jobs(state)
+
+
+def cluster_gpus(state):
+    """[] int32 the cluster's GPUs: its free GPU milli and the running jobs' GPU milli, over 1000."""
+    jobs = state.jobs
+    held = jnp.where(running_jobs(state), jobs.num_gpu * jobs.gpu_milli, 0).sum()
+    return (state.core.free_milli.sum() + held) // GPU_MILLI
+
+
+def max_min_share(num_gpu, active, total_gpus):
+    """[J] float32 each job's max-min fair share of time x (Gavel's heterogeneity-agnostic
+    max-min fairness, all throughputs 1, water-filled): the active GPU jobs get
+    x = min(1, L / num_gpu), L the level with sum min(num_gpu, L) = total_gpus (float32:
+    L = float32(total - sum of the sizes under it) / float32(how many are not under it));
+    every job gets 1 when their GPUs fit, and CPU-only or inactive jobs get 1.
+
+    num_gpu [J] int32, active [J] bool, total_gpus [] int32."""
+    num_jobs = num_gpu.shape[0]
+    sizes = jnp.where(active & (num_gpu > 0), num_gpu, 0)
+    n = (sizes > 0).sum(dtype=jnp.int32)
+    k = jnp.arange(num_jobs, dtype=jnp.int32)
+    ascending = jnp.sort(jnp.where(sizes > 0, sizes, jnp.iinfo(jnp.int32).max))
+    ascending = jnp.where(k < n, ascending, 0)
+    below = jnp.cumsum(ascending) - ascending  # sizes before position k
+    # Position k is the first not fully served when giving every job from k on its size
+    # would need more than the GPUs left (integers: exact).
+    short = (k < n) & (ascending * (n - k) > total_gpus - below)
+    first = jnp.argmax(short)
+    level = (total_gpus - below[first]).astype(jnp.float32) / (n - first).astype(jnp.float32)
+    share = jnp.minimum(1.0, level / jnp.maximum(sizes, 1).astype(jnp.float32))
+    return jnp.where(short.any() & (sizes > 0), share, 1.0)
 
 
 def las(params, state, key):
-    """Least attained service: the fewest GPU-seconds held so far first (a job not yet run
-    has 0; CPU-only jobs hold no GPU, so they always come first)."""
+    """Gavel's LAS (heterogeneity-agnostic max-min fairness, one GPU type): priority =
+    x / (attained_s + round_s / 2), the max-min fair share of time over the time received
+    (wall seconds held, with Gavel's head start of half a round). docs/semantics.md,
+    "Round policies"."""
+    round_settings = _need(params, "las")
+    attained_s = attained_now(state)[0]
+    share = max_min_share(state.jobs.num_gpu, active_jobs(state), cluster_gpus(state))
+    return share / (attained_s + jnp.float32(round_settings.round_s / 2))
+
+
+def las_gpu(params, state, key):
+    """Least attained GPU-time, continuous (Tiresias's 2D-LAS): the fewest GPU-seconds held so
+    far first (a job not yet run has 0; CPU-only jobs hold no GPU, so they always come first)."""
     return -attained_now(state)[1]
+
+
+def tiresias_queue(state, round_settings: RoundSettings):
+    """[J] int32 each job's Tiresias queue: how many thresholds its attained GPU-seconds reach,
+    or 0 (the top queue) while it is promoted: started, and the time it has waited since its
+    first start is at least the knob times its attained (wall) service (knob > 0)."""
+    attained_s, attained_gpu_s = attained_now(state)
+    thresholds = jnp.asarray(round_settings.tiresias_thresholds_gpu_s, jnp.float32).reshape(-1)
+    queue = (attained_gpu_s[:, None] >= thresholds).sum(-1, dtype=jnp.int32)
+    knob = jnp.float32(round_settings.tiresias_promote_knob)
+    waited_s = (state.core.time_s - state.start_s) - attained_s
+    promoted = (knob > 0) & jnp.isfinite(state.start_s) & (waited_s >= knob * attained_s)
+    return jnp.where(promoted, 0, queue)
+
+
+def tiresias(params, state, key):
+    """Tiresias's discretized 2D-LAS (Gu et al., NSDI '19): queues by attained GPU-seconds,
+    the top queue first; in a queue the running jobs first, then by arrival; starved jobs
+    promoted by the knob. priority = -2 * queue + running."""
+    queue = tiresias_queue(state, _need(params, "tiresias"))
+    return (-2 * queue + running_jobs(state)).astype(jnp.float32)
 
 
 def srtf(params, state, key):
     """Shortest remaining time first, from the oracle remaining work (reference-speed seconds)."""
     return -remaining_now(state)
+
+
+
+def priority(params, state, key):
+    """By priority class (``Jobs.qos_class``, higher first; openb's ``qos``): priority =
+    2 * qos_class + running. A class's running jobs keep their GPUs before any queued job of
+    that class starts, so a queued job preempts running jobs of lower classes only (the
+    lowest classes released first); within a class, arrival order."""
+    return (2 * state.jobs.qos_class + running_jobs(state)).astype(jnp.float32)

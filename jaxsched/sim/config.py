@@ -23,6 +23,9 @@ TIE_BREAKS = ("permutation", "identity")
 REWARDS = ("in_system", "placed_jct")
 RESCHED_TARGETS = ("alloc", "fgd")  # where a migrated job goes (EnvConfig.resched_target)
 DEFAULT_RESERVE_AFTER_S = 3600.0
+# Tiresias's simulator (SymbioticLab/Tiresias, simulator/jobs.py): three queues, so of its
+# queue_limit [3250, 7200, 18000] only the first two are ever compared (run_sim.dlas_sim_jobs).
+TIRESIAS_THRESHOLDS_GPU_S = (3250.0, 7200.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +109,12 @@ class EnvConfig:
       preemption, by GPU count: ``restart_overhead_s[i]``, i = how many of the thresholds
       ``restart_above_gpus`` the job's num_gpu exceeds (a number: one constant cost).
     restart_above_gpus: the increasing GPU-count thresholds, one fewer than the costs.
+    tiresias_thresholds_gpu_s: the tiresias round policy's queue thresholds, attained
+      GPU-seconds, increasing and > 0: m thresholds make m + 1 queues (default Tiresias's
+      simulator's three queues, ``[3250, 7200]``). Read by the policy only.
+    tiresias_promote_knob: tiresias's starvation knob: a started job whose waiting time is at
+      least this times its attained service goes back to the top queue (0, default: never).
+      Read by the policy only (docs/semantics.md, "Round policies").
     """
 
     mode: str = "dynamic"
@@ -136,6 +145,8 @@ class EnvConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    tiresias_thresholds_gpu_s: tuple = TIRESIAS_THRESHOLDS_GPU_S
+    tiresias_promote_knob: float = 0.0
 
     def __post_init__(self):
         def bad(field, why):
@@ -144,8 +155,9 @@ class EnvConfig:
         # Hashable tuples (a TOML array is a list; a number is one constant cost).
         costs = self.restart_overhead_s
         object.__setattr__(self, "restart_overhead_s", tuple(costs) if isinstance(costs, (list, tuple)) else (costs,))
-        if isinstance(self.restart_above_gpus, list):
-            object.__setattr__(self, "restart_above_gpus", tuple(self.restart_above_gpus))
+        for field in ("restart_above_gpus", "tiresias_thresholds_gpu_s"):
+            if isinstance(getattr(self, field), list):
+                object.__setattr__(self, field, tuple(getattr(self, field)))
 
         for field, allowed in (("mode", MODES), ("queue_order", QUEUE_ORDERS),
                                ("gpu_rule", GPU_RULES), ("tie_break", TIE_BREAKS),
@@ -208,6 +220,14 @@ class EnvConfig:
                 and all(isinstance(b, numbers.Integral) and b >= 0 for b in above)
                 and all(a < b for a, b in zip(above, above[1:]))):
             bad("restart_above_gpus", "must be increasing integers >= 0, one fewer than restart_overhead_s")
+        thresholds = self.tiresias_thresholds_gpu_s
+        if not (isinstance(thresholds, tuple)
+                and all(isinstance(b, numbers.Real) and 0 < b < np.inf for b in thresholds)
+                and all(a < b for a, b in zip(thresholds, thresholds[1:]))):
+            bad("tiresias_thresholds_gpu_s", "must be strictly increasing finite numbers > 0 (GPU-seconds)")
+        knob = self.tiresias_promote_knob
+        if not (isinstance(knob, numbers.Real) and 0 <= knob < np.inf):
+            bad("tiresias_promote_knob", "must be a finite number >= 0 (0 = no promotion)")
         if self.rounds and self.static:
             bad("round_s", "rounds need dynamic mode")
         if self.rounds and self.rescheduling:

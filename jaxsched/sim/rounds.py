@@ -14,8 +14,12 @@ are rebuilt from per-job masks, and the jobs' segments are closed (preempted) an
 (started) in one vectorised pass. Completions in the event loop write no per-job record, so a
 finished job's last segment stays open in ``SimState.segments`` (``seg_start_s`` finite,
 ``end_s <= t``): ``attained_now`` and ``preemption_metrics`` close it at ``min(end_s, t)``.
-The walk is a loop over the candidates in priority order, each with loops over the R running
-jobs: O(J * R) per round, written for correctness first.
+The walk's cost: one sort of the J jobs by priority; then one turn per candidate that is queued
+when its turn comes (a running one keeps its nodes and costs nothing), each a few O(N) fit
+tests plus one per running job it releases in thought; the walk stops once no running job is
+left to release and no later candidate fits the free GPUs. Only the nodes that changed are
+written back. (On Gavel's 108-GPU cluster at 4 jobs an hour: about 1 ms a round on 2 CPU cores,
+55 times less than the first version's loop over every candidate and running job.)
 """
 
 from __future__ import annotations
@@ -155,76 +159,103 @@ class RoundsMixin:
     def _decide_round(self, key, state: SimState, priority, params: EnvParams) -> SimState:
         """The round decision (docs/semantics.md, "The round decision") -> the new state, at
         the same instant."""
+        walk, running0, queued0 = self._round_walk(key, state, priority, params)
+        return self._apply_round(state, params, walk, running0, queued0)
+
+    def _round_walk(self, key, state: SimState, priority, params: EnvParams):
+        """The round decision on the free arrays -> (walk, running0 [J], queued0 [J]): the
+        ``Walk`` after it, and the jobs running and queued before it."""
         cfg, core, jobs = self.config, state.core, state.jobs
         num_jobs = jobs.num_jobs
-        index = jnp.arange(num_jobs)
         mark = lambda ids: jnp.zeros(num_jobs, bool).at[jnp.where(ids >= 0, ids, num_jobs)].set(  # noqa: E731
             True, mode="drop")
         running0, queued0 = mark(core.run_job), mark(core.queue)
         held = ~(priority > -jnp.inf)  # NaN or -inf
         cand = (queued0 | running0) & ~held
-        # Candidates first, by (priority descending, index ascending); 0.0 - p makes -0.0 and
-        # 0.0 one key, as Python's sort sees them.
-        order = jnp.lexsort((index, jnp.where(cand, 0.0 - priority, 0.0), (~cand).astype(jnp.int32))).astype(jnp.int32)
-        position = jnp.zeros(num_jobs, jnp.int32).at[order].set(index.astype(jnp.int32))
+        n_cand = cand.sum(dtype=jnp.int32)
+        # Candidates first, by (priority descending, index ascending: a stable sort); 0.0 - p
+        # makes -0.0 and 0.0 one key, as Python's sort sees them; a candidate's key is < +inf.
+        order = jnp.argsort(jnp.where(cand, 0.0 - priority, INF), stable=True).astype(jnp.int32)
         # The positions of the candidates running now, ascending ([k], num_jobs pads): only
         # they can be released in thought (a job placed in this walk comes before the rest).
         k = min(cfg.running_capacity, num_jobs)
-        run_pos = -jax.lax.top_k(jnp.where(running0 & cand, -position, -num_jobs), k)[0]
+        run_pos = jnp.nonzero(running0[order] & cand[order], size=k, fill_value=num_jobs)[0].astype(jnp.int32)
+        n_run = (run_pos < num_jobs).sum(dtype=jnp.int32)
+        last_run_pos = jnp.where(n_run > 0, run_pos[jnp.maximum(n_run - 1, 0)], -1)
+        # After the last running candidate nothing can be released: the walk may stop once no
+        # later candidate fits the free GPUs (the smallest milli-GPU still asked for; a
+        # CPU-only job asks 0 and keeps it going) or the running set is full.
+        asked = jnp.where(cand[order], jobs.gpu_milli[order], GPU_MILLI + 1)
+        asked_later = jax.lax.cummin(asked, reverse=True)
+        positions = jnp.arange(num_jobs, dtype=jnp.int32)
 
         walk = Walk(core.free_milli, core.free_cpu, core.free_mem, running0, core.num_running,
                     state.node, state.gpu_bits, state.span_node, state.span_bits,
                     jnp.zeros(num_jobs, bool), jnp.zeros(num_jobs, bool), jnp.ones(num_jobs, jnp.float32),
                     jnp.bool_(False))
 
-        def preempt_held(r, walk):  # 1. held running jobs leave (order does not matter)
-            v = jnp.maximum(core.run_job[r], 0)
-            go = (core.run_job[r] >= 0) & held[v]
-            walk = self._give_back(walk, jobs, params, v, go)
-            return walk.replace(running=walk.running.at[v].set(walk.running[v] & ~go),
-                                num_running=walk.num_running - go,
-                                preempted=walk.preempted.at[v].set(walk.preempted[v] | go))
+        # 1. held running jobs leave, all at once (order does not matter)
+        ring = jnp.maximum(core.run_job, 0)
+        go = (core.run_job >= 0) & held[ring]
+        walk = self._take_all(walk, jobs, params, ring, go, 1)
+        gone = jnp.zeros(num_jobs, bool).at[jnp.where(go, ring, num_jobs)].set(True, mode="drop")
+        walk = walk.replace(running=walk.running & ~gone, num_running=walk.num_running - go.sum(dtype=jnp.int32),
+                            preempted=gone)
 
-        walk = jax.lax.fori_loop(0, core.run_job.shape[0], preempt_held, walk)
+        def next_turn(p, walk):
+            """The first position >= p whose candidate is queued now (num_jobs: none)."""
+            want = (positions >= p) & (positions < n_cand) & ~walk.running[order]
+            return jnp.where(want.any(), jnp.argmax(want), num_jobs).astype(jnp.int32)
 
-        def turn(carry):  # 2. the walk, one candidate per turn
+        def going(carry):
+            p, walk = carry
+            past = p > last_run_pos
+            nothing_fits = (walk.free_milli.max() < asked_later[jnp.minimum(p, num_jobs - 1)]) | (
+                walk.num_running >= cfg.running_capacity)
+            return (p < n_cand) & ~(past & nothing_fits)
+
+        def turn(carry):  # 2. the walk, one queued candidate per turn (running ones keep theirs)
             p, walk = carry
             j = order[p]
-            place = ~walk.running[j] & (walk.num_running < cfg.running_capacity)
-            return p + 1, self._place_preempting(key, walk, state, params, order, run_pos, p, j, place)
+            place = walk.num_running < cfg.running_capacity
+            walk = self._place_preempting(key, walk, state, params, order, run_pos, n_run, p, j, place)
+            return next_turn(p + 1, walk), walk
 
-        _, walk = jax.lax.while_loop(lambda c: c[0] < cand.sum(), turn, (jnp.int32(0), walk))
-        return self._apply_round(state, params, walk, running0, queued0)
+        _, walk = jax.lax.while_loop(going, turn, (next_turn(0, walk), walk))
+        return walk, running0, queued0
 
-    def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, order, run_pos, p, j,
+    def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, order, run_pos, n_run, p, j,
                           place) -> Walk:
         """Queued job j (position p of ``order``) when ``place``: first-fit, after giving back
-        in thought the running jobs after it in the order, the last first, until it fits; those
-        whose resources it then took are preempted, the others take theirs back. Nothing
-        changes if it fits nowhere even with all of them given back."""
+        in thought the running jobs after it in the order (``run_pos[:n_run]``, ascending
+        positions), the last first, until it fits; those whose resources it then took are
+        preempted, the others take theirs back. Nothing changes if it fits nowhere even with
+        all of them given back."""
         jobs, cluster = state.jobs, params.cluster
-        num_jobs, k = jobs.num_jobs, run_pos.shape[0]
-        lower = lambda i: (run_pos[i] > p) & (run_pos[i] < num_jobs)  # noqa: E731
+        num_jobs = jobs.num_jobs
         at = lambda i: order[jnp.minimum(run_pos[i], num_jobs - 1)]  # noqa: E731
+
+        def releasing(c):
+            i, _, _, fits = c
+            return (i >= 0) & (run_pos[jnp.maximum(i, 0)] > p) & ~fits
 
         def release(c):
             i, w, released, _ = c
             v = at(i)
-            go = lower(i) & w.running[v]
+            go = w.running[v]  # not preempted earlier in this round
             w = self._give_back(w, jobs, params, v, go)
             return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j).any()
 
         fits0 = self._fit_row_free(walk, jobs, cluster, j).any()
         last, freed, released, fits = jax.lax.while_loop(
-            lambda c: (c[0] >= 0) & ~c[3], release,
-            (jnp.where(place, k - 1, -1), walk, jnp.zeros(k, bool), fits0))
+            releasing, release, (jnp.where(place, n_run - 1, -1), walk, jnp.zeros(run_pos.shape[0], bool), fits0))
         fit_row = self._fit_row_free(freed, jobs, cluster, j)
         ok = place & fits
         placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), ok)
 
         def settle(i, w):  # in priority order: take back what is still free, else preempt
             v = at(i)
-            go = ok & released[i]
+            go = released[i]
             back = go & self._parts_free(w, jobs, params, v)
             w = self._take(w, jobs, params, v, back, -1)
             lost = go & ~back
@@ -232,8 +263,13 @@ class RoundsMixin:
                              num_running=w.num_running - lost,
                              preempted=w.preempted.at[v].set(w.preempted[v] | lost))
 
-        placed = jax.lax.fori_loop(last + 1, k, settle, placed)  # the released: entries last+1 .. k-1
-        return jax.tree.map(lambda new, old: jnp.where(ok, new, old), placed, walk)
+        # The released are entries last+1 .. n_run-1; none are settled when j is not placed.
+        placed = jax.lax.fori_loop(jnp.where(ok, last + 1, n_run), n_run, settle, placed)
+        # Not placed: only the free arrays changed (the releases in thought); undo them.
+        keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
+        return placed.replace(free_milli=keep(placed.free_milli, walk.free_milli),
+                              free_cpu=keep(placed.free_cpu, walk.free_cpu),
+                              free_mem=keep(placed.free_mem, walk.free_mem))
 
     def _fit_row_free(self, walk: Walk, jobs: Jobs, cluster, j):
         """[N] bool: job j fits each node (as the anchor, for a gang) with the walk's free
@@ -324,6 +360,21 @@ class RoundsMixin:
             free_mem = free_mem.at[i].add(sign * jnp.where(on, mem, 0))
         return walk.replace(free_milli=free_milli, free_cpu=free_cpu, free_mem=free_mem)
 
+    def _take_all(self, walk: Walk, jobs: Jobs, params: EnvParams, vs, active, sign: int) -> Walk:
+        """Running jobs ``vs`` ([V] job ids, ``active`` [V]) all taken (sign -1) or given back
+        (+1) at once in the free arrays (integer adds: the order of the jobs does not matter)."""
+        def parts(v):
+            return [jnp.stack(x) for x in zip(*self._parts(walk, jobs, params, v))]
+
+        node, mask, cpu, mem, used = jax.vmap(parts)(vs)  # [V, P], [V, P, G], [V, P] x 3
+        on = active[:, None] & used
+        milli = jnp.where(mask & on[..., None], jobs.gpu_milli[vs][:, None, None], 0)
+        node = node.reshape(-1)
+        return walk.replace(
+            free_milli=walk.free_milli.at[node].add(sign * milli.reshape(node.shape[0], -1)),
+            free_cpu=walk.free_cpu.at[node].add(sign * jnp.where(on, cpu, 0).reshape(-1)),
+            free_mem=walk.free_mem.at[node].add(sign * jnp.where(on, mem, 0).reshape(-1)))
+
     def _give_back(self, walk: Walk, jobs: Jobs, params: EnvParams, v, active) -> Walk:
         return self._take(walk, jobs, params, v, active, 1)
 
@@ -341,14 +392,19 @@ class RoundsMixin:
         cfg, core, jobs, seg = self.config, state.core, state.jobs, state.segments
         t, num_jobs = core.time_s, jobs.num_jobs
 
-        def write_node(n, core):
-            delta = walk.free_milli[n] - core.free_milli[n]
-            changed = ((delta != 0).any() | (walk.free_cpu[n] != core.free_cpu[n])
-                       | (walk.free_mem[n] != core.free_mem[n]))
-            return self._set_node(core, jobs, params, n, delta, core.free_cpu.at[n].set(walk.free_cpu[n]),
-                                  core.free_mem.at[n].set(walk.free_mem[n]), changed)
+        # Only the nodes whose resources changed are written (in index order).
+        num_nodes = params.cluster.num_nodes
+        changed = ((walk.free_milli != core.free_milli).any(-1) | (walk.free_cpu != core.free_cpu)
+                   | (walk.free_mem != core.free_mem))
+        changed_nodes = jnp.nonzero(changed, size=num_nodes, fill_value=0)[0]
 
-        core = jax.lax.fori_loop(0, params.cluster.num_nodes, write_node, core)
+        def write_node(i, core):
+            n = changed_nodes[i]
+            return self._set_node(core, jobs, params, n, walk.free_milli[n] - core.free_milli[n],
+                                  core.free_cpu.at[n].set(walk.free_cpu[n]),
+                                  core.free_mem.at[n].set(walk.free_mem[n]), jnp.bool_(True))
+
+        core = jax.lax.fori_loop(0, changed.sum(dtype=jnp.int32), write_node, core)
 
         # Segments: the preempted close now, the started begin now (after their restart cost).
         closing, started = walk.preempted, walk.started
@@ -374,14 +430,13 @@ class RoundsMixin:
 
         # The running ring, sorted by (end, index), and the queue, by index.
         r = cfg.running_capacity
-        pad = lambda x, fill: jnp.concatenate([x, jnp.full(max(r - num_jobs, 0), fill, x.dtype)])[:r]  # noqa: E731
-        by_end = jnp.argsort(jnp.where(walk.running, end_s, INF), stable=True).astype(jnp.int32)
+        running = jnp.nonzero(walk.running, size=r, fill_value=num_jobs)[0]  # by index, [R]
+        by_end = running[jnp.argsort(end_s.at[running].get(mode="fill", fill_value=INF), stable=True)]
         in_ring = jnp.arange(r) < walk.num_running
-        run_job = jnp.where(in_ring, pad(by_end, 0), -1)
+        run_job = jnp.where(in_ring, by_end, -1).astype(jnp.int32)
         queued = (queued0 | running0) & ~walk.running
         q_slots = core.queue.shape[0]
-        by_index = jnp.argsort(~queued, stable=True).astype(jnp.int32)  # queued jobs first, by index
-        queue = jnp.where(jnp.arange(q_slots) < queued.sum(), jnp.pad(by_index, (0, max(q_slots - num_jobs, 0)))[:q_slots], -1)
+        queue = jnp.nonzero(queued, size=q_slots, fill_value=-1)[0].astype(jnp.int32)  # by index
         core = core.replace(
             run_job=run_job,
             run_end_s=jnp.where(in_ring, end_s[jnp.maximum(run_job, 0)], INF),

@@ -65,6 +65,13 @@ ISOLATED_MAX_SHARE = 0.01
 OPENB_BASE_FIELDS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 OPENB_TIME_FIELDS = ("creation_time", "deletion_time", "scheduled_time")
 OPENB_FIELDS = OPENB_BASE_FIELDS + ("gpu_spec", "qos", "pod_phase") + OPENB_TIME_FIELDS
+# openb's qos values, highest priority first (``load_openb_pods``'s ``qos_classes``): LS,
+# Alibaba's latency-sensitive class (Koordinator's LS: online services its co-location
+# protects); then Kubernetes' own QoS classes in their eviction order, Guaranteed before
+# Burstable (BestEffort is evicted first); BE last, Alibaba's best-effort class (Koordinator's
+# BE: batch work on resources reclaimed from the others, the first suppressed or evicted).
+# Guaranteed and Burstable are 107 of the default list's 8,152 pods: their place matters little.
+OPENB_QOS_CLASSES = ("LS", "Guaranteed", "Burstable", "BE")
 
 # Column lists of the headerless PAI 2020 tables (as in pai_job_table.header / pai_task_table.header).
 PAI_JOB_FIELDS = ("job_name", "inst_id", "user", "status", "start_time", "end_time")
@@ -91,6 +98,8 @@ class TraceWorkload:
     cpu_milli   [J] int32;   mem_mib [J] int32
     model_mask  [J] int32    allowed GPU models (``types.ALL_MODELS`` = any)
     gpu_spec    [J] str      the model constraint as written ("" = none; PAI: the gpu_type)
+    qos_class   [J] int32    priority class, higher = more important (openb: the pod's ``qos``
+                             by ``qos_classes``; 0 where the trace has none)
     lines       [J] int64    1-based line of the job's row in ``path``
     path        str          the file the jobs came from (PAI: the task table)
     report      dict         counts: rows_read, jobs, left_out_*, ... (see the loaders)
@@ -105,12 +114,13 @@ class TraceWorkload:
     mem_mib: np.ndarray
     model_mask: np.ndarray
     gpu_spec: np.ndarray
+    qos_class: np.ndarray
     lines: np.ndarray
     path: str
     report: dict
 
     _COLUMNS = ("names", "arrival_s", "work_s", "num_gpu", "gpu_milli", "cpu_milli", "mem_mib",
-                "model_mask", "gpu_spec", "lines")
+                "model_mask", "gpu_spec", "qos_class", "lines")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -140,7 +150,7 @@ class TraceWorkload:
                                 f"({MAX_EPISODE_S:g} s, 194 days): cut shorter windows or compress time")
         return jobs_from_numpy(self.arrival_s, self.work_s, self.num_gpu, self.gpu_milli,
                                self.cpu_milli, self.mem_mib, model_mask=self.model_mask,
-                               pad_to=pad_to)
+                               pad_to=pad_to, qos_class=self.qos_class)
 
     def offered_load(self, cluster_capacity: float) -> float:
         """ρ of these jobs on a cluster of work capacity ``cluster_capacity`` (see ``offered_load``)."""
@@ -425,7 +435,34 @@ def _check_isolated(path, lines, field, names, arrival_s, strict) -> int:
 # openb (Alibaba 2023)
 # --------------------------------------------------------------------------------------------
 
-def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceWorkload:
+def _qos_class(path, lines, qos, qos_classes) -> np.ndarray:
+    """[rows] int32 each row's priority class: ``len(classes) - 1 - i`` for the i-th of
+    ``qos_classes`` (highest first; None: ``OPENB_QOS_CLASSES``, and a class the trace lacks
+    is fine). A value not in the list is a ``DataError`` at its row, field ``qos``; a class of
+    a given ``qos_classes`` that no row has (or no ``qos`` column), a one-line error naming
+    ``workload.qos_classes``. ``qos`` None: the file has no qos column (every row class 0)."""
+    classes = OPENB_QOS_CLASSES if qos_classes is None else tuple(qos_classes)
+    if qos_classes is not None:
+        if not classes or not all(isinstance(c, str) and c for c in classes) or len(set(classes)) < len(classes):
+            raise DataError("config", None, "workload.qos_classes",
+                            f"must name distinct qos values, highest priority first, got {list(classes)!r}")
+        present = set() if qos is None else set(np.unique(qos).tolist())
+        absent = [c for c in classes if c not in present]
+        if absent:
+            where = "has no qos column" if qos is None else f"has qos values {sorted(present)}"
+            raise DataError("config", None, "workload.qos_classes",
+                            f"{absent[0]!r} is not in the trace {path} (it {where})")
+    if qos is None:
+        return np.zeros(len(lines), np.int32)
+    index = pd.Index(classes).get_indexer(qos)
+    i = _first_line(lines, index < 0)
+    if i is not None:
+        raise DataError(path, int(lines[i]), "qos", f"{str(qos[i])!r} is not a priority class of "
+                        f"workload.qos_classes {list(classes)} (highest first)")
+    return (len(classes) - 1 - index).astype(np.int32)
+
+
+def load_openb_pods(path, mode: str = "dynamic", strict: bool = False, qos_classes=None) -> TraceWorkload:
     """Load an openb pod list (11-column lists; 5-column ``multigpu`` lists in static mode).
 
     ``mode="dynamic"``: Pending pods are left out (``report["left_out_pending"]``; with
@@ -468,6 +505,7 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
     _check_gpu_request(path, lines, num_gpu, gpu_milli)
     specs = col["gpu_spec"] if "gpu_spec" in col else np.full(len(rows), "", dtype=object)
     masks = _spec_masks(path, lines, specs)
+    qos_class = _qos_class(path, lines, col.get("qos"), qos_classes)
 
     report = {"path": str(path), "mode": mode, "rows_read": len(rows)}
     if "pod_phase" in col:
@@ -515,7 +553,7 @@ def load_openb_pods(path, mode: str = "dynamic", strict: bool = False) -> TraceW
         num_gpu=num_gpu[order].astype(np.int32), gpu_milli=gpu_milli[order].astype(np.int32),
         cpu_milli=cpu[order].astype(np.int32), mem_mib=mem[order].astype(np.int32),
         model_mask=masks[order], gpu_spec=np.asarray(specs, dtype=object)[order],
-        lines=lines[order], path=str(path), report=report,
+        qos_class=qos_class[order], lines=lines[order], path=str(path), report=report,
     )
 
 
@@ -652,7 +690,8 @@ def load_pai(job_table_path, task_table_path, strict: bool = False) -> TraceWork
         work_s=(end - start)[src], num_gpu=num_gpu[expand].astype(np.int32),
         gpu_milli=gpu_milli[expand].astype(np.int32), cpu_milli=cpu[expand].astype(np.int32),
         mem_mib=mem[expand].astype(np.int32), model_mask=mask[expand].astype(np.int32),
-        gpu_spec=spec[expand].astype(object), lines=lines[src], path=str(task_path), report=report,
+        gpu_spec=spec[expand].astype(object), qos_class=np.zeros(len(expand), np.int32),
+        lines=lines[src], path=str(task_path), report=report,
     )
 
 

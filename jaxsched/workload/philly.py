@@ -234,6 +234,7 @@ def load(path, vcs=None, start=None, end=None, cpu_milli_per_gpu: int = CPU_MILL
         cpu_milli=(k * cpu_milli_per_gpu).astype(np.int32),
         mem_mib=(k * mem_mib_per_gpu).astype(np.int32),
         model_mask=np.full(len(order), ALL_MODELS, np.int32),
+        qos_class=np.zeros(len(order), np.int32),  # Philly has no priority classes
         gpu_spec=np.full(len(order), "", dtype=object),
         lines=lines[order], path=str(path), report=report,
         vc=vc[order].astype(object),

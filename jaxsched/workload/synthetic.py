@@ -379,4 +379,5 @@ def generate(key: jax.Array, config: SyntheticConfig = SyntheticConfig()) -> typ
         deadline_s=pad(deadline, jnp.float32, jnp.inf),
         valid=pad(jnp.ones((n,), bool), jnp.bool_, False),
         job_type=jnp.zeros((size,), jnp.int32),  # one job type: the clusters' per-model speeds
+        qos_class=jnp.zeros((size,), jnp.int32),  # one priority class: no trace gives any
     )

@@ -1,7 +1,7 @@
 """Preemption and scheduling rounds in the JAX env (docs/semantics.md, "Preemption and
 rounds"): job by job against ``jaxsched.reference`` (start, end, node, GPUs, preemptions,
-attained service, the metrics) with the round policies las and srtf, restart costs constant
-and by size, gangs on and off; work and resources conserved round by round in the env; and
+attained service, the metrics) with the round policies las, las-gpu, tiresias, srtf and priority (jobs in
+priority classes 0 and 1), restart costs constant and by size, gangs on and off; work and resources conserved round by round in the env; and
 with ``round_s = 0`` no flat step is refused and no preemption field is kept."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from jaxsched import reference
+from jaxsched import policies, reference
 from jaxsched.policies import rounds as round_policies
 from jaxsched.rollout import rollout
 from jaxsched.sim import ClusterEnv, EnvConfig
@@ -29,16 +29,20 @@ from tests.strategies import FRAG_CLASSES, clusters, workloads
 from tests.test_reference import gpu_job, make_jobs, ONE_GPU_CLASS
 from tests.test_reference_preemption import one_gpu_nodes
 
-ROUND_CASES = [  # (round policy, {env settings}, gang workloads)
-    pytest.param("las", {"round_s": 40.0, "restart_overhead_s": 10.0}, False, id="las"),
-    pytest.param("srtf", {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
-                          "max_span": 3}, True, id="srtf-gangs-by-size"),
-    extended("las", {"round_s": 30.0, "restart_overhead_s": (0.0, 7.5, 20.0), "restart_above_gpus": (1, 4),
-                     "max_span": 3, "gang_rule": "spread", "spread_penalty": 0.7}, True, id="las-gangs-spread"),
-    extended("srtf", {"round_s": 60.0, "restart_overhead_s": 15.0, "gpu_rule": "first-fit",
-                      "warmup_jobs": 3, "measured_jobs": 8}, False, id="srtf-measure"),
-    extended("las", {"round_s": 35.0, "restart_overhead_s": 100.0, "gpu_rule": "fgd", "running_capacity": 3},
-             False, id="las-fgd-running-cap"),
+TIRESIAS = {"tiresias_thresholds_gpu_s": (100.0, 600.0), "tiresias_promote_knob": 0.5}  # (test jobs: <= 5,440 GPU-s)
+ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
+    pytest.param(("las", "tiresias"), {"round_s": 40.0, "restart_overhead_s": 10.0, **TIRESIAS}, False,
+                 id="las-tiresias"),
+    pytest.param(("srtf", "priority"), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
+                             "max_span": 3}, True, id="srtf-priority-gangs-by-size"),
+    extended(("las-gpu", "tiresias"), {"round_s": 30.0, "restart_overhead_s": (0.0, 7.5, 20.0),
+                                       "restart_above_gpus": (1, 4), "max_span": 3, "gang_rule": "spread",
+                                       "spread_penalty": 0.7, "tiresias_thresholds_gpu_s": (300.0,)},
+             True, id="las-gpu-tiresias-gangs-spread"),
+    extended(("srtf",), {"round_s": 60.0, "restart_overhead_s": 15.0, "gpu_rule": "first-fit",
+                         "warmup_jobs": 3, "measured_jobs": 8}, False, id="srtf-measure"),
+    extended(("las-gpu", "las"), {"round_s": 35.0, "restart_overhead_s": 100.0, "gpu_rule": "fgd",
+                                  "running_capacity": 3}, False, id="las-gpu-las-fgd-running-cap"),
 ]
 EXACT = td.EXACT_METRICS + ("preemptions",)
 
@@ -48,9 +52,14 @@ def round_env(settings, tie_break="permutation"):
                                    "running_capacity": td.RUNNING, "tie_break": tie_break, **settings}))
 
 
+def bound_policy(env, policy_name):
+    """The registered round policy ``policy_name`` with the settings of ``env``'s config."""
+    return round_policies.with_settings(policies.get(policy_name).policy, round_policies.settings(env.config))
+
+
 @functools.lru_cache(maxsize=None)
 def jitted_round_rollout(env, policy_name, max_steps):
-    policy = getattr(round_policies, policy_name)
+    policy = bound_policy(env, policy_name)
     return jax.jit(lambda params, jobs, keys: rollout(env, policy, None, params, jobs, keys, max_steps))
 
 
@@ -80,17 +89,20 @@ def assert_same_rounds(state, metrics, ref_out):
             np.testing.assert_allclose(metrics[name], ref_value, rtol=2e-4, atol=1e-3, err_msg=name)
 
 
-@pytest.mark.parametrize("policy, settings, gang_sizes", ROUND_CASES)
+@pytest.mark.parametrize("names, settings, gang_sizes", ROUND_CASES)
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
-def test_round_episodes_match_reference(policy, settings, gang_sizes, cluster, data, seed):
+def test_round_episodes_match_reference(names, settings, gang_sizes, cluster, data, seed):
     jobs = data.draw(workloads(sizes=GANG_SIZES) if gang_sizes else workloads())
-    state, metrics, ref_out = run_both(round_env(settings), policy, cluster, jobs, seed)
-    assert_same_rounds(state, metrics, ref_out)
+    qos = data.draw(st.lists(st.integers(0, 1), min_size=jobs.num_jobs, max_size=jobs.num_jobs))
+    jobs = jobs.replace(qos_class=np.where(jobs.valid, qos, 0).astype(np.int32))  # (priority reads it)
+    for name in names:
+        state, metrics, ref_out = run_both(round_env(settings), name, cluster, jobs, seed)
+        assert_same_rounds(state, metrics, ref_out)
 
 
-def test_las_hand_example_in_the_env():
-    """The reference's hand-worked LAS timeline (tests/test_reference_preemption.py): two
+def test_las_gpu_hand_example_in_the_env():
+    """The reference's hand-worked las-gpu timeline (tests/test_reference_preemption.py): two
     1-GPU nodes, round 100 s, restart 10 s; j1 is preempted at 100 and restarts at 200."""
     cluster = one_gpu_nodes(2)
     jobs = make_jobs([gpu_job(0, 250), gpu_job(0, 150), gpu_job(50, 100)])
@@ -98,7 +110,7 @@ def test_las_hand_example_in_the_env():
                                round_s=100.0, restart_overhead_s=10.0))
     params = to_device(EnvParams(cluster, ONE_GPU_CLASS))
     batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
-    state, metrics = jax.jit(lambda p, j, k: rollout(env, round_policies.las, None, p, j, k, 50))(
+    state, metrics = jax.jit(lambda p, j, k: rollout(env, round_policies.las_gpu, None, p, j, k, 50))(
         params, batch, jax.random.key(0)[None])
     state = jax.tree.map(lambda x: x[0], state)
     np.testing.assert_array_equal(state.start_s[:3], np.float32([0, 0, 100]))
@@ -118,7 +130,7 @@ def jitted_round_fns(env):
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=st.integers(0, 2**31 - 1))
 def test_rounds_conserve_work_and_resources_in_the_env(cluster, jobs, seed):
-    """Round by round (LAS, gangs, restart by size): no resource is overcommitted and the
+    """Round by round (las-gpu, gangs, restart by size): no resource is overcommitted and the
     GPU milli held by running jobs plus the free milli is the cluster's; a job's remaining
     work never grows; and a finished job's last segment did exactly the work it had left."""
     env = round_env({"round_s": 30.0, "restart_overhead_s": (2.0, 5.0), "restart_above_gpus": (1,),
@@ -129,10 +141,10 @@ def test_rounds_conserve_work_and_resources_in_the_env(cluster, jobs, seed):
     state, _ = reset(key, params, to_device(jobs))
     capacity = int(np.asarray(cluster.gpu_exists).sum()) * GPU_MILLI
     remaining = np.asarray(remaining_now(state))
-    for t in range(150):  # (LAS may thrash on a loaded cluster: not every episode ends)
+    for t in range(150):  # (las-gpu may thrash on a loaded cluster: not every episode ends)
         if bool(state.core.done):
             break
-        state, _, _, _, _ = step_round(jax.random.fold_in(key, t), state, round_policies.las(None, state, None), params)
+        state, _, _, _, _ = step_round(jax.random.fold_in(key, t), state, round_policies.las_gpu(None, state, None), params)
         core = state.core
         assert (np.asarray(core.free_milli) >= 0).all()
         assert (np.asarray(core.free_cpu) >= 0).all() and (np.asarray(core.free_mem) >= 0).all()
@@ -162,7 +174,10 @@ def test_rounds_refuse_flat_steps_and_bad_settings_name_the_field():
                             ({"restart_overhead_s": (-1.0,)}, "restart_overhead_s"),
                             ({"restart_overhead_s": (1.0, 2.0), "restart_above_gpus": (-1,)}, "restart_above_gpus"),
                             ({"round_s": 10.0, "mode": "static"}, "round_s"),
-                            ({"round_s": 10.0, "resched_interval_s": 60.0}, "round_s")):
+                            ({"round_s": 10.0, "resched_interval_s": 60.0}, "round_s"),
+                            ({"tiresias_thresholds_gpu_s": (7200.0, 3250.0)}, "tiresias_thresholds_gpu_s"),
+                            ({"tiresias_thresholds_gpu_s": (-1.0,)}, "tiresias_thresholds_gpu_s"),
+                            ({"tiresias_promote_knob": -0.5}, "tiresias_promote_knob")):
         with pytest.raises(ValueError, match=f"EnvConfig.{field}"):
             EnvConfig(**settings)
     config = EnvConfig(restart_overhead_s=[40.0, 60.0], restart_above_gpus=[8])  # a TOML array
@@ -182,13 +197,22 @@ def test_without_rounds_the_state_keeps_no_segments():
 
 
 def test_registry_gives_round_policies_rounds_and_flat_schedulers_none():
-    """las and srtf run with the run's rounds (Gavel's 360 s when it sets none); a flat
+    """Round policies run with the run's rounds (Gavel's 360 s when it sets none); a flat
     scheduler's env has no rounds even when the run sets them; a round policy cannot warm up
     a run or teach DRR."""
-    from jaxsched import policies
     assert policies.get("las").env_config(EnvConfig()).round_s == policies.ROUND_S
     assert policies.get("srtf").env_config(EnvConfig(round_s=120.0)).round_s == 120.0
     assert policies.get("first-fit").env_config(EnvConfig(round_s=120.0)).round_s == 0.0
     assert "las" not in policies.flat_names() and "first-fit" in policies.flat_names()
     with pytest.raises(ValueError, match="eval.warmup_scheduler 'srtf' is a round policy"):
         policies.get_flat("srtf", "eval.warmup_scheduler")
+    # A round policy runs with the settings of its env: its round length, Tiresias's queues.
+    config = EnvConfig(tiresias_thresholds_gpu_s=[60.0, 600.0], tiresias_promote_knob=2.0)
+    assert config.tiresias_thresholds_gpu_s == (60.0, 600.0)
+    bound = policies.get("tiresias").bound_policy(config)
+    assert bound is policies.get("tiresias").bound_policy(config)  # cached: one compile
+    assert bound is round_policies.with_settings(
+        round_policies.tiresias, round_policies.RoundSettings(policies.ROUND_S, (60.0, 600.0), 2.0))
+    assert policies.get("first-fit").bound_policy(config) is policies.get("first-fit").policy
+    with pytest.raises(ValueError, match="RoundSettings"):
+        round_policies.las(None, None, None)

@@ -50,7 +50,7 @@ def mmc_jobs(key, num_jobs: int, lam: float) -> Jobs:
     full = lambda v: jnp.full((num_jobs,), v, jnp.int32)  # noqa: E731
     return Jobs(arrival.astype(jnp.float32), work.astype(jnp.float32), full(1), full(1000), full(0),
                 full(0), full(ALL_MODELS), jnp.full((num_jobs,), jnp.inf, jnp.float32),
-                jnp.ones((num_jobs,), bool), full(0))
+                jnp.ones((num_jobs,), bool), full(0), full(0))
 
 
 def test_erlang_c_formula_by_hand():
@@ -117,12 +117,13 @@ def test_littles_law_holds_for_every_scheduler(name):
     frag = classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))
     params = to_device(EnvParams(cl.to_cluster(nodes), frag))
     sched = get(name)
-    env = ClusterEnv(sched.env_config(EnvConfig(warmup_jobs=600, measured_jobs=1500)))
+    base = EnvConfig(warmup_jobs=600, measured_jobs=1500)
+    env = ClusterEnv(sched.env_config(base))
     keys = jax.random.split(jax.random.key(3), 8)
     jobs = jax.vmap(lambda k: synthetic.generate(k, syn))(keys)
 
     def run(jobs, keys):  # each episode alone, as the M/M/c test runs them
-        state, m = rollout(env, sched.policy, None, params, jobs, keys, 3 * syn.num_jobs, chunk=1)
+        state, m = rollout(env, sched.bound_policy(base), None, params, jobs, keys, 3 * syn.num_jobs, chunk=1)
         fields = ("outcome", "start_s", "end_s", "unschedulable", "queue", "queue_len", "next_arrival")
         recs = {f: getattr(state, f, None) if hasattr(state, f) else getattr(state.core, f) for f in fields}
         recs.update(time_s=state.core.time_s, measure_from_s=state.core.measure_from_s,

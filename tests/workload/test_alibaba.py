@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from jaxsched import cluster as C
-from jaxsched import paths
+from jaxsched import experiment, paths
+from jaxsched.config import WorkloadConfig
 from jaxsched.errors import DataError
 from jaxsched.types import ALL_MODELS, MAX_FRAG_WEIGHT, MAX_GPUS_PER_NODE
 from jaxsched.workload import alibaba as A
@@ -262,12 +263,41 @@ def test_synthetic_openb_values(tmp_path):
     (POD_A + "p-1,6000,12288,1,460,,LS,Running,100,900,50\n", 3, "scheduled_time", "reversed"),
     (POD_A + "p-1,6000,12288,1,460,,LS,Running,1e39,1e39,1e39\n", 3, "creation_time", "too large"),
     (POD_A + "p-1,6000,12288,1,460,,LS,Running,100,1e300,300\n", 3, "deletion_time", "too large"),
+    (POD_A + "p-1,6000,12288,1,460,,BestEffort,Pending,100,900,\n", 3, "qos",
+     "'BestEffort' is not a priority class of workload.qos_classes"),
 ])
 def test_malformed_openb(tmp_path, rows, line, field, problem):
     p = write(tmp_path, "bad.csv", OPENB_HEADER + rows)
     with pytest.raises(DataError, match=problem) as e:
         A.load_openb_pods(p, mode="dynamic")
     assert_names(e.value, p, line, field)
+
+
+def test_openb_qos_gives_priority_classes_highest_first(tmp_path):
+    burstable = "p-4,4000,8192,2,1000,,Burstable,Running,150,900,160\n"
+    p = write(tmp_path, "pods.csv", OPENB_HEADER + POD_A + POD_B + POD_PENDING + POD_MULTI + burstable)
+    w = A.load_openb_pods(p)  # openb's order: LS, Guaranteed, Burstable, BE -> 3, 2, 1, 0
+    assert list(w.names) == ["p-0", "p-3", "p-1", "p-4"] and w.qos_class.tolist() == [3, 3, 3, 1]
+    mine = A.load_openb_pods(p, qos_classes=["Burstable", "BE", "LS"])  # the pending BE pod counts
+    assert mine.qos_class.tolist() == [0, 0, 0, 2]
+    # Jobs keep each pod's class through sorting by arrival (p-0, then p-4), padding 0.
+    np.testing.assert_array_equal(mine.take([3, 0]).to_jobs(pad_to=3).qos_class, [0, 2, 0])
+    with pytest.raises(DataError, match="'Burstable' is not a priority class") as e:
+        A.load_openb_pods(p, qos_classes=["LS", "BE"])
+    assert_names(e.value, p, 6, "qos")
+    # A configured class that no pod of the trace has (the default list's Guaranteed here) or
+    # a class named twice: one line naming the config key.
+    for classes, problem in ((A.OPENB_QOS_CLASSES, "'Guaranteed' is not in the trace"),
+                             (["LS", "BE", "LS", "Burstable"], "distinct")):
+        with pytest.raises(DataError, match=problem) as e:
+            experiment.load_trace(WorkloadConfig(source="openb", trace=str(p), qos_classes=tuple(classes)))
+        assert_names(e.value, "config", None, "workload.qos_classes")
+        assert "\n" not in str(e.value)
+    # Lists without a qos column (multigpu: static mode only) are one class.
+    short = write(tmp_path, "short.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np-0,1000,1024,1,1000\n")
+    assert A.load_openb_pods(short, mode="static").qos_class.tolist() == [0]
+    with pytest.raises(DataError, match="no qos column"):
+        A.load_openb_pods(short, mode="static", qos_classes=["LS"])
 
 
 @pytest.mark.parametrize("content, line, problem", [
