@@ -21,6 +21,7 @@ from jaxsched.policies.dot_product import dot_product
 from jaxsched.policies.elasticflow import elasticflow
 from jaxsched.policies.fgd import fgd
 from jaxsched.policies.fgd_window import fgd_window
+from jaxsched.policies.fifo import fifo
 from jaxsched.policies.first_fit import first_fit
 from jaxsched.policies.gpu_clustering import gpu_clustering
 from jaxsched.policies.gpu_packing import gpu_packing
@@ -114,6 +115,10 @@ REGISTRY = {
                   "FGD over the window: of the window's jobs on their FGD nodes, the one that "
                   "removes the most fragmentation per GPU milli", turns=None,
                   env_changes=(("fgd_table", FGD_TABLE),)),
+        Scheduler("fifo", fifo, "best-fit",
+                  "strict arrival order, no backfill (Gavel's FIFO): a GPU model drawn uniformly "
+                  "among those with room, its lowest-index node", queue_order="fifo",
+                  env_changes=(("backfill", False),)),
         Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
         Scheduler("r&p", reserving_packing, "best-fit",
                   "Alibaba's Reserving-and-Packing (NSDI '22): high-end GPUs for multi-GPU jobs, "

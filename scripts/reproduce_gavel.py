@@ -1,0 +1,206 @@
+"""Reproduce Gavel's continuous experiments (Narayanan et al., OSDI '20, Figure 8): mean JCT
+of jobs 4000-4999 of one Poisson stream against the arrival rate, on Gavel's cluster of 36 V100
++ 36 P100 + 36 K80 one-GPU servers (configs/gavel.toml), for ``fifo`` (event-driven,
+non-preemptive, strict arrival order) and ``las`` (rounds of 360 s, preemptive, no restart
+cost, as Gavel's simulator charges none).
+
+Each point (workload, scheduler, rate) runs ``--seeds`` streams as one vmapped batch through
+``evaluate.run_scheduler`` (the rollout of every scheduler): episode i is stream i of
+``eval.seed`` 0, with ``warmup_jobs`` 4000 and ``measured_jobs`` 1000, so the episode ends when
+jobs 4000-4999 have all left and its ``jct_mean`` is their mean JCT. ``--extra-jobs`` more jobs
+keep arriving after them; a seed whose last measured job ends after the last arrival *ran out*
+(the cluster was no longer loaded as in Gavel, which generates jobs until the measured ones
+finish): the point is reported and flagged (``ran_out`` seeds, and per seed how many measured
+jobs ended after the last arrival), never silently kept. Under ``fifo`` (strict order, no
+backfilling) jobs behind the measured ones cannot delay their start, so running out
+matters to ``las`` only.
+
+Writes, under ``--out`` (results/gavel):
+  table.csv     workload, scheduler, rate_per_h, jct_mean_h (mean over seeds), jct_ci_h (95%
+                half-width, normal approximation as ``report.summarize``), seeds, p5_h, p95_h (5th and 95th percentile of the
+                per-seed values), ran_out (seeds), wall_s (the point's run time)
+  per_seed.csv  one row per seed: jct_h, measured_finished, done, ended_after_arrivals (measured
+                jobs that ended after the last arrival), ran_out (one did), dropped
+  jct_vs_rate.png  JCT against rate, one panel per workload (Figure 8), with Gavel's
+                printed seed-0 numbers at 4.0 jobs/h as stars
+
+Resumable: a point already in table.csv is skipped. Examples::
+
+    nice -n 10 python scripts/reproduce_gavel.py                       # every point
+    python scripts/reproduce_gavel.py --workload single --schedulers fifo --rates 4.0
+    python scripts/reproduce_gavel.py --quick                          # 2 seeds, 2 rates, short streams
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from jaxsched import config as cfg_lib
+from jaxsched import evaluate, experiment, report
+from jaxsched.devices import configure_cpu
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gavel.toml"
+SCHEDULERS = ("fifo", "las")
+WORKLOADS = ("single", "multi")
+# Gavel's sweep ranges (Figure 8's x axes), jobs per hour.
+RATES = {"single": tuple(np.round(np.arange(0.4, 6.01, 0.4), 2)),
+         "multi": tuple(np.round(np.arange(0.2, 2.81, 0.2), 2))}
+WARMUP_JOBS, MEASURED_JOBS = 4000, 1000  # Gavel's measurement window: jobs 4000-4999
+ROUND_S = 360.0                          # Gavel's time_per_iteration
+# Gavel's printed mean JCT (hours), single-GPU jobs at 4.0 jobs/h, seed 0.
+GAVEL_PRINTED = {("single", "fifo", 4.0): 25.38, ("single", "las", 4.0): 23.49}
+Y_MAX_H = 150.0  # the plot's JCT axis, as Figure 8 cuts it off near saturation
+TABLE_COLUMNS = ["workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
+                 "p5_h", "p95_h", "ran_out", "wall_s"]
+
+
+def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs: int,
+                 warmup_jobs: int = WARMUP_JOBS, measured_jobs: int = MEASURED_JOBS) -> cfg_lib.Config:
+    """configs/gavel.toml at ``rate`` jobs/h, single- or multi-GPU jobs, Gavel's measurement
+    window, ``seeds`` episodes in one batch, rounds of ``ROUND_S`` with no restart cost (read
+    by round policies only). The step cap counts rounds for ``las``: the stream's span in
+    rounds, twice over, or 3 decisions per job, whichever is larger."""
+    num_jobs = warmup_jobs + measured_jobs + extra_jobs
+    span_rounds = num_jobs / rate * 3600.0 / ROUND_S
+    return cfg_lib.load(CONFIG, [
+        f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
+        f"workload.gavel.multi_gpu={'true' if workload == 'multi' else 'false'}",
+        f"env.warmup_jobs={warmup_jobs}", f"env.measured_jobs={measured_jobs}",
+        f"env.queue_capacity={num_jobs}", f"env.running_capacity={num_jobs}",
+        f"env.round_s={ROUND_S}", "env.restart_overhead_s=[0.0]",
+        f"eval.episodes={seeds}", f"eval.batch_size={seeds}", "eval.seed=0",
+        f"eval.schedulers=[\"{scheduler}\"]", f"eval.max_steps={int(max(2 * span_rounds, 3 * num_jobs + 100))}",
+    ])
+
+
+def run_point(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs: int,
+              **window) -> tuple[pd.DataFrame, list]:
+    """One point: (per-seed frame, the run's warnings). jct_h is NaN for a seed that did not
+    finish every measured job (step cap)."""
+    config = point_config(workload, scheduler, rate, seeds, extra_jobs, **window)
+    nodes = experiment.build_nodes(config)
+    ep = experiment.episodes(config, nodes)
+    frame, records = evaluate.run_scheduler(scheduler, config, ep.params, ep.jobs, ep.env_keys, ep.max_steps)
+    arrival = np.asarray(ep.jobs.arrival_s)                       # [E, J]
+    last_arrival = np.where(np.isfinite(arrival), arrival, -np.inf).max(axis=1)
+    lo = config.env.warmup_jobs
+    end = np.asarray(records["end_s"])[:, lo:lo + config.env.measured_jobs]
+    complete = (frame["done"].to_numpy() == 1) & (frame["measured_finished"].to_numpy() == end.shape[1])
+    out = pd.DataFrame({
+        "workload": workload, "scheduler": scheduler, "rate_per_h": rate, "seed": np.arange(seeds),
+        "jct_h": np.where(complete, frame["jct_mean"].to_numpy() / 3600.0, np.nan),
+        "measured_finished": frame["measured_finished"].to_numpy(), "done": frame["done"].to_numpy(),
+        "ended_after_arrivals": (end > last_arrival[:, None]).sum(axis=1),
+        "ran_out": end.max(axis=1) > last_arrival, "dropped": frame["dropped_overflow"].to_numpy(),
+    })
+    return out, report.warnings(frame, config.env)
+
+
+def summarize(per_seed: pd.DataFrame, wall_s: float) -> dict:
+    """One table row from a point's per-seed frame: mean and 95% half-width as
+    ``report.summarize`` gives them (normal approximation; seeds cut at the step cap left out)."""
+    key = ["workload", "scheduler", "rate_per_h"]
+    stats = report.summarize(per_seed[[*key, "jct_h", "done"]], by=key).iloc[0]
+    ok = per_seed["jct_h"].dropna().to_numpy()
+    return {**{k: stats[k] for k in key}, "jct_mean_h": stats["jct_h"], "jct_ci_h": stats["jct_h_ci95"],
+            "seeds": len(ok), "p5_h": np.percentile(ok, 5) if len(ok) else np.nan,
+            "p95_h": np.percentile(ok, 95) if len(ok) else np.nan,
+            "ran_out": int(per_seed["ran_out"].sum()), "wall_s": round(wall_s, 1)}
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    """Figure 8: mean JCT (h) against the arrival rate, a panel per workload, 95% CI bars, the
+    JCT axis cut at ``Y_MAX_H``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, workload in zip(axes, WORKLOADS):
+        for sched, colour in zip(SCHEDULERS, ("tab:blue", "tab:orange")):
+            rows = table[(table.workload == workload) & (table.scheduler == sched)].sort_values("rate_per_h")
+            if len(rows):
+                ax.errorbar(rows.rate_per_h, rows.jct_mean_h, yerr=rows.jct_ci_h, marker="o", ms=3,
+                            capsize=2, color=colour, label=f"jaxsched {sched}")
+            for (w, s, rate), value in GAVEL_PRINTED.items():
+                if w == workload and s == sched:
+                    ax.plot([rate], [value], "*", ms=12, color=colour, markeredgecolor="k",
+                            label=f"Gavel {sched} (seed 0)")
+        ax.set_title(f"continuous-{workload}")
+        ax.set_xlabel("input job rate (jobs/hour)")
+        ax.set_ylabel("average JCT (hours)")
+        ax.set_ylim(0, Y_MAX_H)  # past saturation the JCT runs to thousands of hours (table.csv)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def read_csv(path: Path, columns) -> pd.DataFrame:
+    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+
+
+def main(argv=None) -> int:
+    configure_cpu()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=(*WORKLOADS, "both"), default="both")
+    parser.add_argument("--schedulers", default=",".join(SCHEDULERS), help="comma-separated: fifo,las")
+    parser.add_argument("--rates", help="comma-separated jobs/h (default: Gavel's range per workload)")
+    parser.add_argument("--seeds", type=int, default=16, help="streams per point, run as one batch")
+    parser.add_argument("--extra-jobs", type=int, default=3000,
+                        help="jobs generated after the measured ones, to keep the cluster loaded")
+    parser.add_argument("--out", default="results/gavel")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 2 seeds, 2 rates, jobs 400-499 of 800, into --out/quick")
+    args = parser.parse_args(argv)
+
+    workloads = WORKLOADS if args.workload == "both" else (args.workload,)
+    schedulers = tuple(args.schedulers.split(","))
+    out = Path(args.out) / ("quick" if args.quick else "")
+    window = {"warmup_jobs": 400, "measured_jobs": 100} if args.quick else {}
+    seeds, extra = (2, 300) if args.quick else (args.seeds, args.extra_jobs)
+    if seeds < 2:
+        parser.error("--seeds must be >= 2 (a confidence interval needs two)")
+    out.mkdir(parents=True, exist_ok=True)
+    table_path, seeds_path = out / "table.csv", out / "per_seed.csv"
+    table, per_seed = read_csv(table_path, TABLE_COLUMNS), read_csv(seeds_path, [])
+    done = set(zip(table.workload, table.scheduler, table.rate_per_h.astype(float).round(2)))
+
+    start = time.perf_counter()
+    for workload in workloads:
+        rates = [float(r) for r in args.rates.split(",")] if args.rates else list(RATES[workload])
+        rates = rates[:2] if args.quick else rates
+        for sched in schedulers:
+            for rate in rates:
+                if (workload, sched, round(rate, 2)) in done:
+                    print(f"{workload} {sched} {rate:.2f}/h: in {table_path}, skipped", flush=True)
+                    continue
+                t0 = time.perf_counter()
+                frame, warnings = run_point(workload, sched, rate, seeds, extra, **window)
+                row = summarize(frame, time.perf_counter() - t0)
+                table = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
+                per_seed = pd.concat([per_seed, frame], ignore_index=True)
+                table.to_csv(table_path, index=False)   # after every point: resumable
+                per_seed.to_csv(seeds_path, index=False)
+                print(f"{workload} {sched} {rate:.2f}/h: JCT {row['jct_mean_h']:.2f} h "
+                      f"± {row['jct_ci_h']:.2f} ({row['seeds']} seeds, p5-p95 {row['p5_h']:.2f}-"
+                      f"{row['p95_h']:.2f}), ran out {row['ran_out']}, {row['wall_s']:.0f} s", flush=True)
+                for line in warnings:
+                    print(f"  WARNING: {line}", flush=True)
+                if row["ran_out"]:
+                    print(f"  WARNING: {row['ran_out']} seeds ran out of jobs before their measured jobs "
+                          "finished: raise --extra-jobs", flush=True)
+    plot(table, out / "jct_vs_rate.png")
+    print(f"{time.perf_counter() - start:.0f} s; wrote {table_path}, {seeds_path}, {out / 'jct_vs_rate.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
