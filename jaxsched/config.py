@@ -322,9 +322,26 @@ def load(path: str | Path | None = None, overrides=()) -> Config:
         path = resolve(path)
         data = {k: v for k, v in read_toml(path).items() if k not in LEARNER_SECTIONS}
         config = _merge(config, data, Path(path), "")
+    return apply_overrides(config, overrides)
+
+
+def apply_overrides(config, overrides, where: str = "--set"):
+    """``config`` with ``section.key=value`` overrides, all applied at once (a later one wins a
+    key), so that settings checked together (e.g. env.restart_overhead_s and
+    env.restart_above_gpus) can come in separate ``--set`` flags."""
+    merged: dict = {}
     for text in overrides:
-        config = _merge(config, parse_override(text), "--set", "")
-    return config
+        _update_nested(merged, parse_override(text))
+    return _merge(config, merged, where, "") if merged else config
+
+
+def _update_nested(into: dict, new: dict) -> None:
+    """Merge nested dict ``new`` into ``into`` in place (tables merge, values replace)."""
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _update_nested(into[key], value)
+        else:
+            into[key] = value
 
 
 def to_dict(config) -> dict:

@@ -124,9 +124,7 @@ def load(path=None, overrides=()) -> RunConfig:
             extra[head].update(parsed[head])
         else:
             base_overrides.append(text)
-    base = cfg_lib._merge(cfg_lib.Config(), data, where, "")
-    for text in base_overrides:
-        base = cfg_lib._merge(base, cfg_lib.parse_override(text), "--set", "")
+    base = cfg_lib.apply_overrides(cfg_lib._merge(cfg_lib.Config(), data, where, ""), base_overrides)
     kind = extra["agent"].get("kind", agents.ddqn.AgentConfig.kind)
     if kind not in agents.LEARNERS:
         raise DataError(where, None, "agent.kind", f"unknown learner {kind!r}; known: {sorted(agents.LEARNERS)}")
@@ -149,13 +147,11 @@ def with_eval_overrides(run: RunConfig, overrides) -> RunConfig:
     """``run`` with ``section.key=value`` overrides applied to its evaluation only: the run
     config sections ``cluster``, ``workload``, ``env`` and ``eval``; ``agent`` and ``train`` are
     refused (the trained network and its training are fixed)."""
-    base = run.base
     for text in overrides:
         head = text.split("=", 1)[0].strip().split(".")[0]
         if head in ("agent", "train"):
             raise DataError("--eval-set", None, head, "evaluation overrides cannot change the agent or its training")
-        base = cfg_lib._merge(base, cfg_lib.parse_override(text), "--eval-set", "")
-    return dataclasses.replace(run, base=base)
+    return dataclasses.replace(run, base=cfg_lib.apply_overrides(run.base, overrides, "--eval-set"))
 
 
 # DRR's published command line (../shared/SPEC.md, "DRR") -> run config keys. Flags naming

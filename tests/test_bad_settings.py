@@ -27,6 +27,19 @@ def test_bad_eval_and_cluster_settings_name_the_key(override, field):
         cfg_lib.load(None, [override])
 
 
+def test_settings_checked_together_may_come_in_separate_overrides():
+    # Each order works: the overrides are applied at once, then checked (a later one wins a key).
+    pair = ["env.restart_overhead_s=[40.0, 60.0]", "env.restart_above_gpus=[8]"]
+    for overrides in (pair, pair[::-1]):
+        env = cfg_lib.load(None, overrides).env
+        assert env.restart_overhead_s == (40.0, 60.0) and env.restart_above_gpus == (8,)
+    assert cfg_lib.load(None, ["env.window=4", "env.window=6"]).env.window == 6
+    run = train_lib.load("configs/gnn_ddqn.toml", pair[::-1])
+    assert train_lib.with_eval_overrides(run, pair).base.env.restart_above_gpus == (8,)
+    with pytest.raises(DataError, match="restart_above_gpus"):
+        cfg_lib.load(None, pair[:1])  # two costs need one threshold
+
+
 @pytest.mark.parametrize("config, override, field", [
     ("gnn_ddqn", "train.chunk_updates=0", "TrainConfig.chunk_updates"),
     ("gnn_ddqn", "train.num_envs=0", "TrainConfig.num_envs"),
