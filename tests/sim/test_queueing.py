@@ -107,11 +107,17 @@ def in_system_from_records(jobs, records, metrics) -> np.ndarray:
     return np.where(entered, overlap, 0.0).sum(-1)
 
 
+# Little's law over a window needs a stable queue. Strict FIFO (no backfilling) saturates below
+# 0.85 on this mix: a job that fits nowhere yet holds back every job behind it, so its queue
+# grows through the window; it is checked at a load it sustains.
+LOAD = {"fifo": 0.6}
+
+
 @pytest.mark.parametrize("name", [name if name in ("first-fit", "fgd", "random") else extended(name)
                                   for name in sorted(REGISTRY)])
 def test_littles_law_holds_for_every_scheduler(name):
     nodes = cl.preset(16)
-    syn = synthetic.SyntheticConfig(num_jobs=2400, target_load=0.85, mean_interarrival_s=32.0,
+    syn = synthetic.SyntheticConfig(num_jobs=2400, target_load=LOAD.get(name, 0.85), mean_interarrival_s=32.0,
                                     max_work_s=4 * 3600.0, cluster_capacity=cl.work_capacity(nodes))
     rows = np.repeat(np.asarray(syn.job_classes), np.asarray(syn.job_classes)[:, 4], axis=0)
     frag = classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))
