@@ -14,7 +14,8 @@ are rebuilt from per-job masks, and the jobs' segments are closed (preempted) an
 (started) in one vectorised pass. Completions in the event loop write no per-job record, so a
 finished job's last segment stays open in ``SimState.segments`` (``seg_start_s`` finite,
 ``end_s <= t``): ``attained_now`` and ``preemption_metrics`` close it at ``min(end_s, t)``.
-The walk's cost: one sort of the J jobs by priority; then one turn per candidate that is queued
+The walk's cost: one sort of the candidates by priority (in ``EnvConfig.walk_slots`` slots when
+they fit, else all J jobs); then one turn per candidate that is queued
 when its turn comes (a running one keeps its nodes and costs nothing), each a few O(N) fit
 tests plus one per running job it releases in thought; the walk stops once no running job is
 left to release and no later candidate fits the free GPUs. Only the nodes that changed are
