@@ -15,7 +15,7 @@ import functools
 
 import jax.numpy as jnp
 
-from jaxsched.sim.rounds import attained_now, remaining_now
+from jaxsched.sim.rounds import attained_now, mark_jobs, remaining_now
 from jaxsched.types import GPU_MILLI
 
 
@@ -56,19 +56,14 @@ def _need(params, name):
     return params
 
 
-def _mark(ids, num_jobs):
-    """[J] bool: the job indices of ``ids`` (-1 = none)."""
-    return jnp.zeros(num_jobs, bool).at[jnp.where(ids >= 0, ids, num_jobs)].set(True, mode="drop")
-
-
 def running_jobs(state):
     """[J] bool: the jobs running now."""
-    return _mark(state.core.run_job, state.jobs.num_jobs)
+    return mark_jobs(state.core.run_job, state.jobs.num_jobs)
 
 
 def active_jobs(state):
     """[J] bool: the jobs in the system now, queued or running."""
-    return _mark(state.core.queue, state.jobs.num_jobs) | running_jobs(state)
+    return mark_jobs(state.core.queue, state.jobs.num_jobs) | running_jobs(state)
 
 
 def cluster_gpus(state):

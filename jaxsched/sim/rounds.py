@@ -64,6 +64,11 @@ class Walk:
     full_seen: jax.Array
 
 
+def mark_jobs(ids, num_jobs: int):
+    """[J] bool: the job indices listed in ``ids`` (a ring or queue of slots, -1 = empty)."""
+    return jnp.zeros(num_jobs, bool).at[jnp.where(ids >= 0, ids, num_jobs)].set(True, mode="drop")
+
+
 def job_gpus(jobs: Jobs):
     """[J] float32 GPUs each job holds: float32(num_gpu * gpu_milli) / 1000 (0 for CPU-only),
     a true division, as the reference's: XLA turns a division by a broadcast scalar into a
@@ -168,9 +173,7 @@ class RoundsMixin:
         ``Walk`` after it, and the jobs running and queued before it."""
         cfg, core, jobs = self.config, state.core, state.jobs
         num_jobs = jobs.num_jobs
-        mark = lambda ids: jnp.zeros(num_jobs, bool).at[jnp.where(ids >= 0, ids, num_jobs)].set(  # noqa: E731
-            True, mode="drop")
-        running0, queued0 = mark(core.run_job), mark(core.queue)
+        running0, queued0 = mark_jobs(core.run_job, num_jobs), mark_jobs(core.queue, num_jobs)
         held = ~(priority > -jnp.inf)  # NaN or -inf
         cand = (queued0 | running0) & ~held
         n_cand = cand.sum(dtype=jnp.int32)
@@ -184,7 +187,7 @@ class RoundsMixin:
         ring = jnp.maximum(core.run_job, 0)
         go = (core.run_job >= 0) & held[ring]
         walk = self._take_all(walk, jobs, params, ring, go, 1)
-        gone = jnp.zeros(num_jobs, bool).at[jnp.where(go, ring, num_jobs)].set(True, mode="drop")
+        gone = mark_jobs(jnp.where(go, ring, -1), num_jobs)
         walk = walk.replace(running=walk.running & ~gone, num_running=walk.num_running - go.sum(dtype=jnp.int32),
                             preempted=gone)
 
