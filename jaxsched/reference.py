@@ -898,8 +898,8 @@ class ReferenceSim:
                 if self._measured_jobs_left():
                     self.done = True
                     return
-                if self.round_due and not (self.queue or self.running):
-                    self.round_due = False  # an empty round: nothing to decide
+                if self.round_due and not self.queue:
+                    self.round_due = False  # nothing waits: nothing to decide
                 if self._is_decision_point() or self.round_due:
                     return
                 if no_event_left:

@@ -74,7 +74,7 @@ def test_gavel_las_gives_the_max_min_share_over_time_received_by_hand():
     #       (las-gpu would start j0 first: both have 0 GPU-seconds, ties by index.)
     # t=100 j0 0.5/50 = 0.01 > j1 1/150: j0 preempts j1 (50 s left) and runs 100..400.
     # t=200 j0 0.5/150 < j1 1/150: j1 preempts j0 (200 s left) and runs 200..250.
-    # t=300 j0 alone (x = 1): 300..500; t=400 it keeps running.
+    # t=300 j0 alone (x = 1): 300..500; t=400 nothing waits: no round is decided.
     cluster = make_cluster(("V100", 2, 32000, 65536))
     jobs = make_jobs([gpu_job(0, 300, num_gpu=2), gpu_job(0, 150)])
     out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100), round_policy="las")
@@ -82,7 +82,7 @@ def test_gavel_las_gives_the_max_min_share_over_time_received_by_hand():
     np.testing.assert_array_equal(out["end_s"], np.float32([500, 250]))
     np.testing.assert_array_equal(out["preemptions"], [1, 1])
     np.testing.assert_array_equal(out["attained_s"], np.float32([300, 150]))
-    assert out["metrics"]["decisions"] == 5
+    assert out["metrics"]["decisions"] == 4
     gpu_first = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100), round_policy="las-gpu")
     assert gpu_first["start_s"][0] == 0
 
@@ -153,7 +153,8 @@ def test_priority_classes_preempt_lower_classes_only_by_hand():
     # t=200, 300: j1 (3, running) before j2 (2): an LS job never preempts an LS job (las-gpu
     #       would: j2 has attained less).
     # t=400 j1 ended at 350: j2 (2) before j0 (0): j2 runs 400..500.
-    # t=500 j0 restarts: 500 + 10 + 200 = 710. Rounds 0..700 decided.
+    # t=500 j0 restarts: 500 + 10 + 200 = 710. Rounds 0..500 decided (at 600 and 700 nothing
+    #       waits: no decision).
     cluster = one_gpu_nodes(1)
     jobs = make_jobs([gpu_job(0, 300), gpu_job(50, 250), gpu_job(60, 100)])
     config = RefConfig(round_s=100, restart_overhead_s=10.0)
@@ -162,7 +163,7 @@ def test_priority_classes_preempt_lower_classes_only_by_hand():
     np.testing.assert_array_equal(out["end_s"], np.float32([710, 350, 500]))
     np.testing.assert_array_equal(out["preemptions"], [1, 0, 0])
     assert out["segments"][0] == [(0, 0, 100, 1), (500, 510, 710, 1)]
-    assert out["metrics"]["decisions"] == 8
+    assert out["metrics"]["decisions"] == 6
     # One class (every job 0, as without a trace): running jobs always first, so no
     # preemption: FIFO, each job started at the first round after the GPU frees.
     fifo = run_rounds(cluster, jobs, config, "priority").results()
@@ -194,7 +195,8 @@ def test_a_preemption_during_the_restart_loses_it_and_the_next_start_pays_it_aga
     #         j1 restarts: work from 450, end 550.
     #   t=400 j0 first: j1 preempted inside its restart; j0 restarts: 550, end 650.
     #   t=500, 600: j0 keeps running; j1 fits nowhere and there is no one after it.
-    #   t=700 j1 restarts (j0 ended at 650): work from 850, end 950. Rounds 0..900 decided.
+    #   t=700 j1 restarts (j0 ended at 650): work from 850, end 950. Rounds 0..700 decided
+    #         (at 800 and 900 nothing waits).
     # Restart time paid: j0 100 (cut) + 150, j1 100 (cut) + 150 = 500 GPU-seconds.
     def alternate(sim):
         first = 1 if sim.decisions in (1, 3) else 0
@@ -209,7 +211,7 @@ def test_a_preemption_during_the_restart_loses_it_and_the_next_start_pays_it_aga
     assert out["segments"][0] == [(0, 0, 100, 1), (200, 350, 300, 1), (400, 550, 650, 1)]
     assert out["segments"][1] == [(100, 100, 200, 1), (300, 450, 400, 1), (700, 850, 950, 1)]
     assert out["metrics"]["restart_gpu_s"] == pytest.approx(500.0)
-    assert out["metrics"]["decisions"] == 10
+    assert out["metrics"]["decisions"] == 8
     np.testing.assert_array_equal(out["attained_s"], np.float32([100 + 100 + 250, 100 + 100 + 250]))
 
 
@@ -234,16 +236,31 @@ def test_restart_cost_steps_by_job_size_and_a_gang_is_preempted_whole(nodes, num
 
 
 def test_a_held_job_is_preempted_and_stays_queued_until_released():
-    # NaN or -inf holds a job back: j0 runs 0..100 of its 300 s, is held in rounds 1 and 2
-    # (preempted at 100, the GPU idles), and restarts at 300 with 200 s left (no cost).
-    def hold_j0_twice(sim):
+    # NaN or -inf holds a job back. j0 runs 0..100 of its 300 s; j1 (100 s) arrives at 50, so
+    # a job waits at the rounds at 100 and 200, where both are held: j0 is preempted at 100
+    # and the GPU idles. At 300 j0 (lower index) restarts with 200 s left (no cost), ending
+    # at 500; j1 waits through the round at 400 and runs 500..600.
+    def hold_all_twice(sim):
         return [np.nan if sim.decisions == 1 else -np.inf if sim.decisions == 2 else 0.0] * sim.J
 
     cluster = one_gpu_nodes(1)
-    out = run_rounds(cluster, make_jobs([gpu_job(0, 300)]), RefConfig(round_s=100), hold_j0_twice).results()
-    np.testing.assert_array_equal(out["end_s"], np.float32([500]))
-    np.testing.assert_array_equal(out["preemptions"], [1])
+    jobs = make_jobs([gpu_job(0, 300), gpu_job(50, 100)])
+    out = run_rounds(cluster, jobs, RefConfig(round_s=100), hold_all_twice).results()
+    np.testing.assert_array_equal(out["end_s"], np.float32([500, 600]))
+    np.testing.assert_array_equal(out["preemptions"], [1, 0])
     assert out["metrics"]["restart_gpu_s"] == 0
+
+
+def test_a_held_running_job_is_not_preempted_while_nothing_waits():
+    # A round where no job is queued is not decided (semantics.md, "The round clock"): the
+    # policy that would hold j0 after its start is never asked again, and j0 runs 0..300.
+    def hold_after_the_first(sim):
+        return [np.nan if sim.decisions >= 1 else 0.0] * sim.J
+
+    out = run_rounds(one_gpu_nodes(1), make_jobs([gpu_job(0, 300)]), RefConfig(round_s=100),
+                     hold_after_the_first).results()
+    np.testing.assert_array_equal(out["end_s"], np.float32([300]))
+    assert out["metrics"]["decisions"] == 1 and out["metrics"]["preemptions"] == 0
 
 
 # ---------------------------------------------------------------- random episodes

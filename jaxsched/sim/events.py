@@ -95,11 +95,11 @@ class EventsMixin:
 
     def _check_round_stop(self, core: Core, t_next, boundary):
         """``_check_stop`` with rounds: at a boundary, the end once every measured job has
-        left; else a due round with no job queued or running is dropped, and a due round is
-        the decision point; else the end when no event is left (docs/semantics.md, "The round
-        clock")."""
-        idle = (core.queue_len == 0) & (core.num_running == 0)
-        due = core.rounds.due & ~(boundary & idle)
+        left; else a due round with no job queued is dropped (nothing waits: the running jobs
+        keep their nodes), and a due round is the decision point; else the end when no event is
+        left (docs/semantics.md, "The round clock")."""
+        nothing_waits = core.queue_len == 0
+        due = core.rounds.due & ~(boundary & nothing_waits)
         decision = boundary & due
         measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
         finished = boundary & (((t_next == INF) & ~decision) | measured_left)
