@@ -64,15 +64,19 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
                  warmup_jobs: int = WARMUP_JOBS, measured_jobs: int = MEASURED_JOBS) -> cfg_lib.Config:
     """configs/gavel.toml at ``rate`` jobs/h, single- or multi-GPU jobs, Gavel's measurement
     window, ``seeds`` episodes in one batch, rounds of ``ROUND_S`` with no restart cost (read
-    by round policies only). The step cap counts rounds for ``las``: the stream's span in
+    by round policies only). The running set holds one job more than the cluster has GPUs:
+    every Gavel job takes at least one whole GPU, so the set is never full (a full set would
+    skip a queued job's turn at a round, though it could preempt) and stays small (its ring is
+    sorted every round); the queue holds every job. The step cap counts rounds for ``las``: the stream's span in
     rounds, twice over, or 3 decisions per job, whichever is larger."""
     num_jobs = warmup_jobs + measured_jobs + extra_jobs
     span_rounds = num_jobs / rate * 3600.0 / ROUND_S
+    gpus = sum(count * per_node for _, count, per_node in cfg_lib.load(CONFIG).cluster.node_groups)
     return cfg_lib.load(CONFIG, [
         f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
         f"workload.gavel.multi_gpu={'true' if workload == 'multi' else 'false'}",
         f"env.warmup_jobs={warmup_jobs}", f"env.measured_jobs={measured_jobs}",
-        f"env.queue_capacity={num_jobs}", f"env.running_capacity={num_jobs}",
+        f"env.queue_capacity={num_jobs}", f"env.running_capacity={gpus + 1}",
         f"env.round_s={ROUND_S}", "env.restart_overhead_s=[0.0]",
         f"eval.episodes={seeds}", f"eval.batch_size={seeds}", "eval.seed=0",
         f"eval.schedulers=[\"{scheduler}\"]", f"eval.max_steps={int(max(2 * span_rounds, 3 * num_jobs + 100))}",
