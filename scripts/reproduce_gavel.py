@@ -68,9 +68,11 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
     every Gavel job takes at least one whole GPU, so the set is never full (a full set would
     skip a queued job's turn at a round, though it could preempt) and stays small (its ring is
     sorted every round); the queue holds every job. The step cap counts rounds for ``las``: the stream's span in
-    rounds, twice over, or 3 decisions per job, whichever is larger."""
+    rounds at the workload's lowest rate (or ``rate``, if lower), twice over, or 3 decisions
+    per job, whichever is larger; one cap for every rate of the sweep, so each scheduler
+    compiles once (the cap only bounds the loop)."""
     num_jobs = warmup_jobs + measured_jobs + extra_jobs
-    span_rounds = num_jobs / rate * 3600.0 / ROUND_S
+    span_rounds = num_jobs / min(rate, *RATES[workload]) * 3600.0 / ROUND_S
     gpus = sum(count * per_node for _, count, per_node in cfg_lib.load(CONFIG).cluster.node_groups)
     return cfg_lib.load(CONFIG, [
         f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",

@@ -14,8 +14,9 @@ are rebuilt from per-job masks, and the jobs' segments are closed (preempted) an
 (started) in one vectorised pass. Completions in the event loop write no per-job record, so a
 finished job's last segment stays open in ``SimState.segments`` (``seg_start_s`` finite,
 ``end_s <= t``): ``attained_now`` and ``preemption_metrics`` close it at ``min(end_s, t)``.
-The walk's cost: one sort of the candidates by priority (in ``EnvConfig.walk_slots`` slots when
-they fit, else all J jobs); then one turn per candidate that is queued
+The walk's cost: one sort of the candidates by priority, in ``EnvConfig.walk_slots`` slots
+(the running candidates and the queued ones of highest priority, by ``top_k``; all J jobs only
+when the jobs left out could have changed the round); then one turn per candidate that is queued
 when its turn comes (a running one keeps its nodes and costs nothing), each a few O(N) fit
 tests: first whether it fits with every running job after it given back at once (if not,
 nothing changes and the turn ends), then one per running job it releases in thought, from the
@@ -193,49 +194,79 @@ class RoundsMixin:
         walk = walk.replace(running=walk.running & ~gone, num_running=walk.num_running - go.sum(dtype=jnp.int32),
                             preempted=gone)
 
-        # 2. the walk, over the candidates in order: sorted in ``walk_slots`` slots when they
-        # fit there (a sort of all J jobs is most of a round's time when J is large), else in J.
-        def walk_in(slots):
+        # 2. the walk, over the candidates in order (``_walk_order``).
+        def walk_over(ids, n_listed, left_out, rest_ask):  # ids [L]: the listed jobs by index, then J
             def run(walk):
-                ids = jnp.nonzero(cand, size=slots, fill_value=num_jobs)[0].astype(jnp.int32)  # by index
                 # By (priority descending, index ascending: a stable sort of ids in index order);
                 # 0.0 - p makes -0.0 and 0.0 one key, as Python's sort sees them; a candidate's
                 # key is < +inf, so the padding comes last.
                 sort_key = jnp.where(ids < num_jobs, 0.0 - priority.at[ids].get(mode="fill", fill_value=0.0), INF)
                 order = ids[jnp.argsort(sort_key, stable=True)]
-                return self._walk_order(key, walk, state, params, order, running0, n_cand)
+                return self._walk_order(key, walk, state, params, order, running0, n_listed, left_out, rest_ask)
             return run
 
+        def walk_all(walk):  # every candidate (a sort of J jobs)
+            ids = jnp.nonzero(cand, size=num_jobs, fill_value=num_jobs)[0].astype(jnp.int32)  # by index
+            return walk_over(ids, n_cand, jnp.bool_(False), GPU_MILLI + 1)(walk)[0]
+
         slots = min(cfg.walk_slots, num_jobs)
-        if slots < num_jobs:
-            walk = jax.lax.cond(n_cand <= slots, walk_in(slots), walk_in(num_jobs), walk)
-        else:
-            walk = walk_in(num_jobs)(walk)
+        if slots == num_jobs:
+            return walk_all(walk), running0, queued0
+        # In ``walk_slots`` slots (a sort of all J jobs is most of a round's time when J is
+        # large): the running candidates and the queued ones of highest priority (top_k: ties
+        # to the lower index, as the order), as many as fit. The walk over them is the walk
+        # over all candidates up to the last queued one listed; past it, only if it has
+        # settled (``_walk_order``): else the round is walked again over every candidate.
+        running_cand, queued_cand = cand & running0, cand & ~running0
+        n_running = running_cand.sum(dtype=jnp.int32)
+        n_queued = n_cand - n_running
+        runs = jnp.nonzero(running_cand, size=slots, fill_value=num_jobs)[0].astype(jnp.int32)
+        best = jax.lax.top_k(jnp.where(queued_cand, priority + 0.0, -INF), slots)[1].astype(jnp.int32)
+        take = jnp.clip(slots - n_running, 0, n_queued)
+        i = jnp.arange(slots)
+        ids = jnp.sort(jnp.where(i < n_running, runs, jnp.where(  # by index, as walk_over needs them
+            i - n_running < take, best[jnp.clip(i - n_running, 0, slots - 1)], num_jobs)))
+        rest = queued_cand.at[ids].set(False, mode="drop")  # the queued candidates left out
+        rest_ask = jnp.where(rest, jobs.gpu_milli, GPU_MILLI + 1).min()
+        listed, settled = walk_over(ids, n_running + take, rest.any(), rest_ask)(walk)
+        walk = jax.lax.cond(settled & (n_running <= slots), lambda w: listed, walk_all, walk)
         return walk, running0, queued0
 
-    def _walk_order(self, key, walk: Walk, state: SimState, params: EnvParams, order, running0, n_cand) -> Walk:
-        """The walk of the round decision over ``order`` ([L] job ids: the n_cand candidates
-        in priority order, then padding J) -> the ``Walk`` after it. (Under ``vmap`` the
-        ``lax.cond`` of ``_round_walk`` runs both sizes; with n_cand > L the result is thrown
-        away, but the walk must still end: it walks min(n_cand, L) positions.)"""
+    def _walk_order(self, key, walk: Walk, state: SimState, params: EnvParams, order, running0, n_listed,
+                    left_out, rest_ask):
+        """The walk of the round decision over ``order`` ([L] job ids: n_listed candidates in
+        priority order, then padding J) -> (walk, settled).
+
+        left_out: some queued candidates are not listed; they all come after the last queued
+        one listed (position q). The walk then takes the turns up to q only, and is
+        ``settled`` when after them nothing can change: no listed candidate after q is still
+        running and no later candidate, listed or left out (``rest_ask``: the smallest
+        milli-GPU they ask), fits the free GPUs. Without left_out it is the whole walk."""
         cfg, jobs = self.config, state.jobs
         num_slots = order.shape[0]
         positions = jnp.arange(num_slots, dtype=jnp.int32)
-        n_cand = jnp.minimum(n_cand, num_slots)
-        is_cand = positions < n_cand
+        is_cand = positions < n_listed
         # The positions of the candidates running now, ascending ([k], num_slots pads): only
         # they can be released in thought (a job placed in this walk comes before the rest).
         k = min(cfg.running_capacity, num_slots)
-        run_pos = jnp.nonzero(is_cand & running0.at[order].get(mode="fill", fill_value=False), size=k,
-                              fill_value=num_slots)[0].astype(jnp.int32)
+        running_at = is_cand & running0.at[order].get(mode="fill", fill_value=False)
+        run_pos = jnp.nonzero(running_at, size=k, fill_value=num_slots)[0].astype(jnp.int32)
         run_ids = order.at[run_pos].get(mode="fill", fill_value=jobs.num_jobs)  # [k] job ids
-        # Once no candidate after p is still running nothing can be released (a job placed in
-        # this walk comes before the rest, and one preempted in it runs again only from its own
-        # turn on): the walk may stop once no later candidate fits the free GPUs (the smallest
-        # milli-GPU still asked for; a CPU-only job asks 0 and keeps it going) or the running
-        # set is full.
+        queued_at = is_cand & ~running_at
+        last_queued = jnp.where(queued_at.any(), num_slots - 1 - jnp.argmax(queued_at[::-1]), -1)
+        last_turn = jnp.where(left_out, last_queued, num_slots)
+        # The smallest milli-GPU asked from each position on ([L + 1]; a CPU-only job asks 0).
         asked = jnp.where(is_cand, jobs.gpu_milli.at[order].get(mode="fill", fill_value=0), GPU_MILLI + 1)
-        asked_later = jax.lax.cummin(asked, reverse=True)
+        asked_from = jnp.minimum(jax.lax.cummin(jnp.append(asked, GPU_MILLI + 1), reverse=True), rest_ask)
+
+        def stops(p, walk):
+            """From position p on nothing can change: no candidate there is still running (a job
+            placed in this walk comes before the rest, and one preempted in it runs again only
+            from its own turn on), and none fits the free GPUs or the running set is full."""
+            none_left = ~((run_pos >= p) & walk.running.at[run_ids].get(mode="fill", fill_value=False)).any()
+            nothing_fits = (walk.free_milli.max() < asked_from[jnp.minimum(p, num_slots)]) | (
+                walk.num_running >= cfg.running_capacity)
+            return none_left & nothing_fits
 
         def next_turn(p, walk):
             """The first position >= p whose candidate is queued now (num_slots: none)."""
@@ -244,10 +275,7 @@ class RoundsMixin:
 
         def going(carry):
             p, walk = carry
-            none_left = ~((run_pos > p) & walk.running.at[run_ids].get(mode="fill", fill_value=False)).any()
-            nothing_fits = (walk.free_milli.max() < asked_later[jnp.minimum(p, num_slots - 1)]) | (
-                walk.num_running >= cfg.running_capacity)
-            return (p < n_cand) & ~(none_left & nothing_fits)
+            return (p < n_listed) & (p <= last_turn) & ~stops(p, walk)
 
         def turn(carry):  # one queued candidate per turn (running ones keep theirs)
             p, walk = carry
@@ -256,7 +284,8 @@ class RoundsMixin:
             walk = self._place_preempting(key, walk, state, params, order, run_pos, run_ids, p, j, place)
             return next_turn(p + 1, walk), walk
 
-        return jax.lax.while_loop(going, turn, (next_turn(0, walk), walk))[1]
+        walk = jax.lax.while_loop(going, turn, (next_turn(0, walk), walk))[1]
+        return walk, ~left_out | stops(last_queued + 1, walk)
 
     def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, order, run_pos, run_ids, p, j,
                           place) -> Walk:
