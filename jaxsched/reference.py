@@ -613,6 +613,8 @@ class ReferenceSim:
             self.end_s[j] = np.float32(np.inf)  # no departures: held forever
         else:
             self._begin_segment(j, np.float32(0) if first_start else self._restart_cost(j))
+        if not first_start:  # a restart: its wait since the preemption ends
+            self.waiting_work -= self._gpus(j) * float(self.remaining_s[j])
         self._remove_from_queue(j, waited=first_start)
         self.placed += first_start
         self._end_reservation(j)
@@ -777,6 +779,7 @@ class ReferenceSim:
         when ``given_back``), keeps the work it has left, and rejoins the queue in its
         discipline's order (never dropped)."""
         self._end_segment(j)
+        self.waiting_work += self._gpus(j) * float(self.remaining_s[j])  # it waits again, with its work left
         if given_back:
             nodes = [n for n, *_ in self.parts[j]]
             self.parts[j] = []

@@ -267,6 +267,10 @@ class Segments:
     attained_s    [J] float32  wall seconds held over the closed (preempted) segments
     preemptions   [J] int32    times the job was preempted
     restart_gpu_s []  float32  GPU-seconds of restart cost over the closed segments
+    waiting_since_s [J] float32 when the job was last preempted, while it waits to start again;
+                               +inf otherwise
+    rewait_growth []  float32  the ``backlog_work_growth`` numerator of the waits after a
+                               preemption that have ended (docs/semantics.md, "Metrics")
     """
 
     remaining_s: jax.Array
@@ -276,6 +280,8 @@ class Segments:
     attained_s: jax.Array
     preemptions: jax.Array
     restart_gpu_s: jax.Array
+    waiting_since_s: jax.Array
+    rewait_growth: jax.Array
 
 
 @struct.dataclass

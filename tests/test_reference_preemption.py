@@ -263,6 +263,28 @@ def test_a_held_running_job_is_not_preempted_while_nothing_waits():
     assert out["metrics"]["decisions"] == 1 and out["metrics"]["preemptions"] == 0
 
 
+def backlog_case():
+    """One 1-GPU node, rounds of 100 s, las-gpu, every job measured: [ta, tb] = [0, 400], its
+    quarters [0, 100] and [300, 400].
+      j0: 400 s, arrives 0    j1: 100 s, arrives 250    j2: 10 s, arrives 400
+    t=0   j0 runs.  t=250 j1 arrives and waits (until 300: outside both quarters).
+    t=300 j1 (0 GPU-s) preempts j0 (300), which waits with 100 s left from 300; j1 runs 300..400.
+    t=400 j1 ends; j2 (arriving now) runs 400..410 before j0.  t=500 j0 runs 500..600.
+    The backlog of work: nothing in the first quarter; j0's 100 GPU-s of work left all through
+    the last one, so backlog_work_growth = 100 * 100 / (100 s * 510 GPU-s of measured work)."""
+    jobs = make_jobs([gpu_job(0, 400), gpu_job(250, 100), gpu_job(400, 10)])
+    return one_gpu_nodes(1), jobs, 100.0 * 100.0 / (100.0 * 510.0)
+
+
+def test_backlog_of_work_counts_a_preempted_jobs_work_left_while_it_waits():
+    cluster, jobs, growth = backlog_case()
+    out = run(cluster, jobs, ONE_GPU_CLASS, RefConfig(round_s=100, measured_jobs=3), round_policy="las-gpu")
+    np.testing.assert_array_equal(out["start_s"], np.float32([0, 300, 400]))
+    np.testing.assert_array_equal(out["end_s"], np.float32([600, 400, 410]))
+    np.testing.assert_array_equal(out["preemptions"], [1, 0, 0])
+    assert out["metrics"]["backlog_work_growth"] == pytest.approx(growth)
+
+
 # ---------------------------------------------------------------- random episodes
 
 def random_episode(seed, num_jobs=40):

@@ -147,23 +147,36 @@ def _masked_percentiles(values, mask, qs):
     return jnp.where(mask.any(), out, 0.0)
 
 
+def backlog_terms(weight, since_s, until_s, core):
+    """[...] float32 each wait's term of the ``backlog_work_growth`` numerator: ``weight`` (GPU
+    work) x (its overlap of [since_s, until_s) with the measurement interval's last quarter -
+    its overlap with the first quarter)."""
+    lo, hi = core.measure_from_s, core.measure_to_s
+    quarter = jnp.maximum(hi - lo, 0.0) * jnp.float32(0.25)
+    return weight * (_overlap(since_s, until_s, hi - quarter, hi) - _overlap(since_s, until_s, lo, lo + quarter))
+
+
 def _backlog_work_growth(state, span, measured, placed, rejected):
     """The backlog of work, from the jobs' records: (mean over the measurement interval's
     last quarter - mean over its first) of the GPU work (GPUs x work at speed 1.0) of the jobs
     waiting (queued, or dropped from a full queue: from their arrival on, until they start,
-    are rejected or the episode stops), as a share of the measured jobs' GPU work. Jobs no
-    node can hold never wait. Summed job by job: each job's (last - first) overlap is one term."""
+    are rejected or the episode stops; with rounds also from each preemption until they start
+    again, with the GPU work they have left), as a share of the measured jobs' GPU work. Jobs no
+    node can hold never wait. Summed job by job: each wait's (last - first) overlap is one term."""
     jobs, core = state.jobs, state.core
-    gpu_work = jobs.num_gpu.astype(jnp.float32) * jobs.gpu_milli.astype(jnp.float32) / GPU_MILLI * jobs.work_s
+    gpus = jobs.num_gpu.astype(jnp.float32) * jobs.gpu_milli.astype(jnp.float32) / GPU_MILLI
+    gpu_work = gpus * jobs.work_s
     arrived = jnp.arange(jobs.num_jobs) < core.next_arrival
     waited = jobs.valid & arrived & ~state.unschedulable
     until = jnp.where(placed, state.start_s, jnp.where(rejected, state.end_s, jnp.inf))
     until = jnp.maximum(jnp.minimum(until, core.time_s), jobs.arrival_s)
-    lo, hi = core.measure_from_s, core.measure_to_s
+    growth = ordered_sum(jnp.where(waited, backlog_terms(gpu_work, jobs.arrival_s, until, core), 0.0))
+    seg = state.segments
+    if seg is not None:  # rounds: the waits after a preemption, ended and still going
+        waiting = jnp.isfinite(seg.waiting_since_s)
+        still = backlog_terms(gpus * seg.remaining_s, seg.waiting_since_s, core.time_s, core)
+        growth = growth + seg.rewait_growth + ordered_sum(jnp.where(waiting, still, 0.0))
     quarter = span * jnp.float32(0.25)
-    first = _overlap(jobs.arrival_s, until, lo, lo + quarter)
-    last = _overlap(jobs.arrival_s, until, hi - quarter, hi)
-    growth = ordered_sum(jnp.where(waited, gpu_work * (last - first), 0.0))
     return _safe_div(growth, quarter * ordered_sum(jnp.where(measured, gpu_work, 0.0)))
 
 

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxsched.sim import frag, gangs, resources
+from jaxsched.sim import frag, gangs, metrics, resources
 from jaxsched.sim.config import INF
 from jaxsched.sim.reduce import ordered_sum
 from jaxsched.types import GPU_MILLI, OUTCOME_PLACED, EnvParams, Jobs, RoundClock, Segments, SimState
@@ -118,6 +118,8 @@ class RoundsMixin:
             attained_s=jnp.zeros(num_jobs, jnp.float32),
             preemptions=jnp.zeros(num_jobs, jnp.int32),
             restart_gpu_s=jnp.float32(0.0),
+            waiting_since_s=jnp.full(num_jobs, INF),
+            rewait_growth=jnp.float32(0.0),
         )
 
     def restart_cost_s(self, num_gpu):
@@ -487,6 +489,9 @@ class RoundsMixin:
         new_end = jnp.where(jobs.num_gpu > 0, run_from + remaining / walk.speed, run_from + remaining)
         stopped = lambda x, new: jnp.where(started, new, jnp.where(closing, INF, x))  # noqa: E731
         end_s = stopped(state.end_s, new_end)
+        # The waits after a preemption that end now (the job starts again), for the backlog.
+        rewaited = started & jnp.isfinite(seg.waiting_since_s)
+        rewait = metrics.backlog_terms(gpus * seg.remaining_s, seg.waiting_since_s, t, core)
         segments = Segments(
             remaining_s=remaining,
             seg_start_s=stopped(seg.seg_start_s, t),
@@ -495,6 +500,8 @@ class RoundsMixin:
             attained_s=jnp.where(closing, seg.attained_s + (t - seg.seg_start_s), seg.attained_s),
             preemptions=preemptions,
             restart_gpu_s=seg.restart_gpu_s + ordered_sum(restart_closed),
+            waiting_since_s=jnp.where(started, INF, jnp.where(closing, t, seg.waiting_since_s)),
+            rewait_growth=seg.rewait_growth + ordered_sum(jnp.where(rewaited, rewait, 0.0)),
         )
 
         # The running ring, sorted by (end, index), and the queue, by index.

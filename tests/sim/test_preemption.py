@@ -27,7 +27,7 @@ from tests.sim import test_differential as td
 from tests.sim.test_gangs import GANG_SIZES
 from tests.strategies import FRAG_CLASSES, clusters, workloads
 from tests.test_reference import gpu_job, make_jobs, ONE_GPU_CLASS
-from tests.test_reference_preemption import one_gpu_nodes
+from tests.test_reference_preemption import backlog_case, one_gpu_nodes
 
 TIRESIAS = {"tiresias_thresholds_gpu_s": (100.0, 600.0), "tiresias_promote_knob": 0.5}  # (test jobs: <= 5,440 GPU-s)
 ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
@@ -102,25 +102,39 @@ def test_round_episodes_match_reference(names, settings, gang_sizes, cluster, da
         assert_same_rounds(state, metrics, ref_out)
 
 
-def test_las_gpu_hand_example_in_the_env():
-    """The reference's hand-worked las-gpu timeline (tests/test_reference_preemption.py): two
-    1-GPU nodes, round 100 s, restart 10 s; j1 is preempted at 100 and restarts at 200."""
-    cluster = one_gpu_nodes(2)
-    jobs = make_jobs([gpu_job(0, 250), gpu_job(0, 150), gpu_job(50, 100)])
+def run_las_gpu_by_hand(cluster, jobs, **settings):
+    """One episode of a hand-worked case, rounds of 100 s under las-gpu -> (state, metrics)
+    of the episode (unbatched)."""
     env = ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=4, tie_break="identity",
-                               round_s=100.0, restart_overhead_s=10.0))
+                               round_s=100.0, **settings))
     params = to_device(EnvParams(cluster, ONE_GPU_CLASS))
     batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
     state, metrics = jax.jit(lambda p, j, k: rollout(env, round_policies.las_gpu, None, p, j, k, 50))(
         params, batch, jax.random.key(0)[None])
-    state = jax.tree.map(lambda x: x[0], state)
+    return jax.tree.map(lambda x: x[0], (state, metrics))
+
+
+def test_las_gpu_hand_example_in_the_env():
+    """The reference's hand-worked las-gpu timeline (tests/test_reference_preemption.py): two
+    1-GPU nodes, round 100 s, restart 10 s; j1 is preempted at 100 and restarts at 200."""
+    jobs = make_jobs([gpu_job(0, 250), gpu_job(0, 150), gpu_job(50, 100)])
+    state, metrics = run_las_gpu_by_hand(one_gpu_nodes(2), jobs, restart_overhead_s=10.0)
     np.testing.assert_array_equal(state.start_s[:3], np.float32([0, 0, 100]))
     np.testing.assert_array_equal(state.end_s[:3], np.float32([250, 260, 200]))
     np.testing.assert_array_equal(state.node[:3], [0, 1, 1])
     np.testing.assert_array_equal(state.segments.preemptions[:3], [0, 1, 0])
     np.testing.assert_array_equal(attained_now(state)[0][:3], np.float32([250, 160, 100]))
-    assert int(metrics["decisions"][0]) == 3 and int(metrics["preemptions"][0]) == 1
-    assert float(metrics["restart_gpu_s"][0]) == pytest.approx(10.0)
+    assert int(metrics["decisions"]) == 3 and int(metrics["preemptions"]) == 1
+    assert float(metrics["restart_gpu_s"]) == pytest.approx(10.0)
+
+
+def test_backlog_of_work_counts_a_preempted_jobs_work_left_in_the_env():
+    """The reference's hand-worked backlog case (tests/test_reference_preemption.py): j0 waits
+    with 100 s of work left through the measurement interval's last quarter."""
+    cluster, jobs, growth = backlog_case()
+    state, metrics = run_las_gpu_by_hand(cluster, jobs, measured_jobs=3)
+    np.testing.assert_array_equal(state.end_s[:3], np.float32([600, 400, 410]))
+    assert float(metrics["backlog_work_growth"]) == pytest.approx(growth, rel=1e-6)
 
 
 @functools.lru_cache(maxsize=None)
