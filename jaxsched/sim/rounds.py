@@ -303,44 +303,49 @@ class RoundsMixin:
         alive = (run_pos > p) & walk.running.at[run_ids].get(mode="fill", fill_value=False)  # [k]
         top = jnp.where(alive.any(), alive.shape[0] - 1 - jnp.argmax(alive[::-1]), -1).astype(jnp.int32)
         all_back = self._take_all(walk, jobs, params, jnp.minimum(run_ids, jobs.num_jobs - 1), alive, 1)
-        fits0 = self._fit_row_free(walk, jobs, cluster, j).any()
         fits_all = self._fit_row_free(all_back, jobs, cluster, j).any()
 
-        def releasing(c):
-            i, _, _, fits = c
-            return (i >= 0) & (run_pos[jnp.maximum(i, 0)] > p) & ~fits
+        def placing(walk):
+            fits0 = self._fit_row_free(walk, jobs, cluster, j).any()
+            def releasing(c):
+                i, _, _, fits = c
+                return (i >= 0) & (run_pos[jnp.maximum(i, 0)] > p) & ~fits
 
-        def release(c):
-            i, w, released, _ = c
-            v = at(i)
-            go = w.running[v]  # not preempted earlier in this round
-            w = self._give_back(w, jobs, params, v, go)
-            return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j).any()
+            def release(c):
+                i, w, released, _ = c
+                v = at(i)
+                go = w.running[v]  # not preempted earlier in this round
+                w = self._give_back(w, jobs, params, v, go)
+                return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j).any()
 
-        last, freed, released, fits = jax.lax.while_loop(
-            releasing, release,
-            (jnp.where(place & fits_all, top, -1), walk, jnp.zeros(run_pos.shape[0], bool), fits0))
-        fit_row = self._fit_row_free(freed, jobs, cluster, j)
-        ok = place & fits
-        placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), ok)
+            last, freed, released, fits = jax.lax.while_loop(
+                releasing, release,
+                (jnp.where(place & fits_all, top, -1), walk, jnp.zeros(run_pos.shape[0], bool), fits0))
+            fit_row = self._fit_row_free(freed, jobs, cluster, j)
+            ok = place & fits
+            placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), ok)
 
-        def settle(i, w):  # in priority order: take back what is still free, else preempt
-            v = at(i)
-            go = released[i]
-            back = go & self._parts_free(w, jobs, params, v)
-            w = self._take(w, jobs, params, v, back, -1)
-            lost = go & ~back
-            return w.replace(running=w.running.at[v].set(w.running[v] & ~lost),
-                             num_running=w.num_running - lost,
-                             preempted=w.preempted.at[v].set(w.preempted[v] | lost))
+            def settle(i, w):  # in priority order: take back what is still free, else preempt
+                v = at(i)
+                go = released[i]
+                back = go & self._parts_free(w, jobs, params, v)
+                w = self._take(w, jobs, params, v, back, -1)
+                lost = go & ~back
+                return w.replace(running=w.running.at[v].set(w.running[v] & ~lost),
+                                 num_running=w.num_running - lost,
+                                 preempted=w.preempted.at[v].set(w.preempted[v] | lost))
 
-        # The released are entries last+1 .. top; none are settled when j is not placed.
-        placed = jax.lax.fori_loop(jnp.where(ok, last + 1, 0), jnp.where(ok, top + 1, 0), settle, placed)
-        # Not placed: only the free arrays changed (the releases in thought); undo them.
-        keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-        return placed.replace(free_milli=keep(placed.free_milli, walk.free_milli),
-                              free_cpu=keep(placed.free_cpu, walk.free_cpu),
-                              free_mem=keep(placed.free_mem, walk.free_mem))
+            # The released are entries last+1 .. top; none are settled when j is not placed.
+            placed = jax.lax.fori_loop(jnp.where(ok, last + 1, 0), jnp.where(ok, top + 1, 0), settle, placed)
+            # Not placed: only the free arrays changed (the releases in thought); undo them.
+            keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
+            return placed.replace(free_milli=keep(placed.free_milli, walk.free_milli),
+                                  free_cpu=keep(placed.free_cpu, walk.free_cpu),
+                                  free_mem=keep(placed.free_mem, walk.free_mem))
+
+        # A job that fits nowhere even with them all given back changes nothing: no release, no
+        # placement (most turns of a queue of gangs that cannot fit).
+        return jax.lax.cond(place & fits_all, placing, lambda w: w, walk)
 
     def _fit_row_free(self, walk: Walk, jobs: Jobs, cluster, j):
         """[N] bool: job j fits each node (as the anchor, for a gang) with the walk's free
