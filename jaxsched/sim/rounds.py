@@ -283,15 +283,15 @@ class RoundsMixin:
             p, walk = carry
             j = order[p]
             place = walk.num_running < cfg.running_capacity
-            walk = self._place_preempting(key, walk, state, params, order, run_pos, run_ids, p, j, place)
+            walk = self._place_preempting(key, walk, state, params, run_pos, run_ids, p, j, place)
             return next_turn(p + 1, walk), walk
 
         walk = jax.lax.while_loop(going, turn, (next_turn(0, walk), walk))[1]
         return walk, ~left_out | stops(last_queued + 1, walk)
 
-    def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, order, run_pos, run_ids, p, j,
+    def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, run_pos, run_ids, p, j,
                           place) -> Walk:
-        """Queued job j (position p of ``order``) when ``place``: first-fit, after giving back
+        """Queued job j (position p of the order) when ``place``: first-fit, after giving back
         in thought the running jobs after it in the order (``run_pos`` [k]: the positions of
         the candidates running at the round's start, ascending, then padding; ``run_ids``
         their jobs), the last first, until it fits; those whose resources it then took are
@@ -302,11 +302,12 @@ class RoundsMixin:
         # The entries still running after p: the release starts at the last of them.
         alive = (run_pos > p) & walk.running.at[run_ids].get(mode="fill", fill_value=False)  # [k]
         top = jnp.where(alive.any(), alive.shape[0] - 1 - jnp.argmax(alive[::-1]), -1).astype(jnp.int32)
-        all_back = self._take_all(walk, jobs, params, jnp.minimum(run_ids, jobs.num_jobs - 1), alive, 1)
+        all_back = self._take_all(walk, jobs, params, at(jnp.arange(run_ids.shape[0])), alive, 1)
         fits_all = self._fit_row_free(all_back, jobs, cluster, j).any()
 
-        def placing(walk):
+        def placing(walk):  # (it fits once every entry in ``alive`` is given back)
             fits0 = self._fit_row_free(walk, jobs, cluster, j).any()
+
             def releasing(c):
                 i, _, _, fits = c
                 return (i >= 0) & (run_pos[jnp.maximum(i, 0)] > p) & ~fits
@@ -318,12 +319,10 @@ class RoundsMixin:
                 w = self._give_back(w, jobs, params, v, go)
                 return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j).any()
 
-            last, freed, released, fits = jax.lax.while_loop(
-                releasing, release,
-                (jnp.where(place & fits_all, top, -1), walk, jnp.zeros(run_pos.shape[0], bool), fits0))
+            last, freed, released, _ = jax.lax.while_loop(
+                releasing, release, (top, walk, jnp.zeros(run_pos.shape[0], bool), fits0))
             fit_row = self._fit_row_free(freed, jobs, cluster, j)
-            ok = place & fits
-            placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), ok)
+            placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), jnp.bool_(True))
 
             def settle(i, w):  # in priority order: take back what is still free, else preempt
                 v = at(i)
@@ -335,13 +334,7 @@ class RoundsMixin:
                                  num_running=w.num_running - lost,
                                  preempted=w.preempted.at[v].set(w.preempted[v] | lost))
 
-            # The released are entries last+1 .. top; none are settled when j is not placed.
-            placed = jax.lax.fori_loop(jnp.where(ok, last + 1, 0), jnp.where(ok, top + 1, 0), settle, placed)
-            # Not placed: only the free arrays changed (the releases in thought); undo them.
-            keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-            return placed.replace(free_milli=keep(placed.free_milli, walk.free_milli),
-                                  free_cpu=keep(placed.free_cpu, walk.free_cpu),
-                                  free_mem=keep(placed.free_mem, walk.free_mem))
+            return jax.lax.fori_loop(last + 1, top + 1, settle, placed)  # the released: last+1 .. top
 
         # A job that fits nowhere even with them all given back changes nothing: no release, no
         # placement (most turns of a queue of gangs that cannot fit).
