@@ -10,7 +10,9 @@ and first-fit warm-up as ``python -m jaxsched.train`` evaluates on) and the row
     diff_pct, ci95_lo_pct, ci95_hi_pct, first_fit_diff_pct, eval_s
 
 joins ``results/budget/budget.csv`` (paired mean-JCT difference, agent minus baseline, in %
-of the baseline's mean, with its 95% CI). ``budget_curve.png`` plots every label's curve.
+of the baseline's mean, with its 95% CI). ``budget_curve.png`` plots every label's curve, and
+``logs/<label>.csv`` keeps the run's training log (loss, Q or entropy, reward per env step,
+per chunk of updates), committed beside the curve so that a curve that turns can be examined.
 
     python scripts/budget_curve.py --config gnn_ddqn --label gnn-ddqn-gamma0
     python scripts/budget_curve.py --config gnn_ddqn --set agent.gamma=0.97 --label gnn-ddqn-gamma0.97
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -170,6 +173,8 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         rows.to_csv(csv_path, index=False, float_format="%.6g")
         plot(rows, plot_path)
+        (out / "logs").mkdir(exist_ok=True)
+        shutil.copyfile(run_dir / "train_log.csv", out / "logs" / f"{label}.csv")
         print(f"{label}: {row['env_steps']:,} env steps ({train_s:.0f} s of training): "
               f"{diff:+.2f}% [{lo:+.2f}, {hi:+.2f}] vs {args.baseline}", flush=True)
     return 0

@@ -37,6 +37,7 @@ def test_one_row_per_budget_and_resume_continues_the_run(learner, tmp_path, caps
     assert rows["train_s"].is_monotonic_increasing
     log = pd.read_csv(tmp_path / "runs" / "tiny" / "train_log.csv")
     assert log["update"].tolist() == [10, 20, 30]  # continued from update 10, not restarted
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "logs" / "tiny.csv"), log)  # the committed copy
     for _, row in rows.iterrows():  # the paired difference and its CI agree with the means
         assert row["ci95_lo_pct"] <= row["diff_pct"] <= row["ci95_hi_pct"]
         assert row["diff_pct"] == pytest.approx(100 * (row["agent_jct_s"] / row["baseline_jct_s"] - 1), abs=1e-3)
