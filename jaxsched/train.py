@@ -608,7 +608,13 @@ def learning_curve(learner: agents.Learner, log: pd.DataFrame, valid_log: pd.Dat
 
     has_valid = len(valid_log) > 0
     panels = (1 if has_valid else 0) + 1 + len(learner.panels)
-    fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 3.5))
+    cols = min(panels, 4)  # rows of at most 4 panels, so a learner with many stays readable
+    rows = -(-panels // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(4.3 * cols, 3.5 * rows), squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[panels:]:
+        fig.delaxes(ax)
+    axes = axes[:panels]
     if has_valid:
         x = "env_steps" if valid_log.get("env_steps", pd.Series(dtype=float)).notna().all() else "update"
         for run, curve in valid_log.groupby("run"):

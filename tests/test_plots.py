@@ -46,5 +46,10 @@ def test_learning_curve_starts_untrained_with_heuristic_lines_and_no_empty_panel
     assert drawn == levels
     assert "reward" in second.get_title() and np.isfinite(second.lines[0].get_ydata()).all()
     assert len(fig.axes) == 2 + len(learner.panels)
+    ppo = agents.get("gnn-ppo")  # more panels than fit a row: rows of at most 4, no empty one
+    log_ppo = log.assign(**{field: 1.0 for field, *_ in ppo.panels})
+    wide = train_lib.learning_curve(ppo, log_ppo, valid, levels)
+    rows = {round(ax.get_position().y0, 3) for ax in wide.axes}
+    assert len(wide.axes) == 2 + len(ppo.panels) and len(rows) == -(-len(wide.axes) // 4) > 1
     with_returns = train_lib.learning_curve(learner, log.assign(**{"return": -100.0}), valid.iloc[:0])
     assert with_returns.axes[0].get_title() == "training return" and len(with_returns.axes) == 1 + len(learner.panels)
