@@ -54,6 +54,15 @@ def budget_updates(budgets, env_steps_per_update: int, chunk_updates: int) -> li
     return sorted({chunk_updates * max(1, math.ceil(b / chunk_steps)) for b in budgets})
 
 
+def load_run(config: str | None, sets=(), episodes: int | None = None):
+    """The learner's run config: ``config`` (None: the main job's preset, as
+    ``python -m jaxsched.train`` loads it) with ``sets`` applied, one seed and no validation."""
+    overrides = [*sets, "train.num_seeds=1", "train.valid_episodes=0"]
+    if episodes:
+        overrides.append(f"eval.episodes={episodes}")
+    return tr.load(config or tr.DEFAULT_CONFIG, overrides)
+
+
 def read_rows(path: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=FIELDS)
 
@@ -111,11 +120,8 @@ def main(argv=None) -> int:
         plot(read_rows(csv_path), plot_path)
         return 0
 
-    overrides = [*args.set, "train.num_seeds=1", "train.valid_episodes=0"]
-    if args.episodes:
-        overrides.append(f"eval.episodes={args.episodes}")
     try:
-        run = tr.load(args.config, overrides)
+        run = load_run(args.config, args.set, args.episodes)
         budgets = [float(b) for b in args.budgets.split(",")]
         if args.baseline not in policies.REGISTRY:
             raise DataError("--baseline", None, None, f"{args.baseline!r} is not a registered scheduler")

@@ -1,11 +1,13 @@
 """scripts/budget_curve.py: budgets in whole chunks, one row per budget, and --resume."""
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from jaxsched import train
 from tests.agents.tiny import COMMON, GNN_PPO
 from tests.settings import extended
 
@@ -19,6 +21,15 @@ def test_budgets_round_up_to_whole_chunks():
     # 32 env steps per update, chunks of 10 updates (320 env steps)
     assert budget_curve.budget_updates([1, 320, 321, 1e4], 32, 10) == [10, 20, 320]
     assert budget_curve.budget_updates([640, 600], 32, 10) == [20]  # one budget, not two
+
+
+def test_without_config_the_run_is_the_main_jobs_preset():
+    # One seed and no validation; workload, env, cluster, learner and held-out episodes are the
+    # main job's (a bare config is a different workload: another baseline JCT, no warm-up).
+    run, main_job = budget_curve.load_run(None), train.load(train.DEFAULT_CONFIG)
+    assert run.base == main_job.base and run.agent == main_job.agent
+    assert run.train == dataclasses.replace(main_job.train, num_seeds=1, valid_episodes=0)
+    assert budget_curve.load_run(None, episodes=8).base.eval.episodes == 8
 
 
 @pytest.mark.parametrize("learner", [extended(GNN_PPO, id="gnn-ppo")])
