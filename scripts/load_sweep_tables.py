@@ -8,7 +8,7 @@ Reads the sweep folder's ``sweep.csv`` (mean and 95% CI per scheduler and load) 
 - per scheduler and load: offered load, work capacity in use, mean JCT (h, ± 95% CI) over all
   measured jobs and by job size (1 GPU, 2-8, over 8), mean queueing delay (min; first start
   minus arrival) by size, preemptions per measured job, GPU-hours lost to restarts per
-  episode, and the two backlog growths (GPU work waiting for its first start; queued jobs,
+  episode, and the two backlog growths (GPU work waiting to start or to resume; queued jobs,
   preempted ones included);
 - the maximum sustainable load per scheduler by the sweep's test (``backlog_work_growth``,
   ``report.max_sustainable_load``), and by the same test on ``backlog_growth`` (the queue's
@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     by_jobs = per_episode.assign(backlog_work_growth=per_episode["backlog_growth"])
     text = "\n\n".join([
         "## By job size and load\n\n" + size_table(sweep),
-        "## Maximum sustainable load: backlog of GPU work waiting for its first start\n\n"
+        "## Maximum sustainable load: backlog of GPU work waiting (to start, or to resume after a preemption)\n\n"
         + report.max_load_table(report.max_sustainable_load(per_episode)),
         "## Maximum sustainable load: backlog of queued jobs, preempted ones included\n\n"
         + report.max_load_table(report.max_sustainable_load(by_jobs)),
