@@ -53,3 +53,14 @@ def test_learning_curve_starts_untrained_with_heuristic_lines_and_no_empty_panel
     assert len(wide.axes) == 2 + len(ppo.panels) and len(rows) == -(-len(wide.axes) // 4) > 1
     with_returns = train_lib.learning_curve(learner, log.assign(**{"return": -100.0}), valid.iloc[:0])
     assert with_returns.axes[0].get_title() == "training return" and len(with_returns.axes) == 1 + len(learner.panels)
+
+
+def test_comparison_cuts_an_outlier_bar_and_writes_its_value():
+    summary = pd.DataFrame({"scheduler": ["agent", "first-fit", "sjf", "fifo"],
+                            "jct_mean": [100.0, 120.0, 101.0, 900.0], "jct_mean_ci95": [2.0, 5.0, 2.0, 30.0]})
+    ax = train_lib.comparison(summary, "agent").axes[0]
+    assert 120.0 + 5.0 < ax.get_ylim()[1] < 900.0  # the others stay readable
+    assert [t.get_text() for t in ax.texts] == ["900 ↑"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["agent", "sjf", "first-fit", "fifo"]
+    plain = train_lib.comparison(summary[summary.scheduler != "fifo"], "agent").axes[0]
+    assert plain.get_ylim()[1] > 125.0 and not plain.texts  # no outlier: the whole of every bar
