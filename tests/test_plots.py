@@ -1,4 +1,4 @@
-"""The main job's paired plot: drawn from ``train.paired_differences``' frame, one row per baseline."""
+"""The main job's plots: the paired plot (from ``train.paired_differences``' frame), the learning curve and the comparison bars."""
 
 from __future__ import annotations
 
