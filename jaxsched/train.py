@@ -116,6 +116,7 @@ def load(path=None, overrides=()) -> RunConfig:
         path = cfg_lib.resolve(path)  # a preset name works too
         where, data = path, cfg_lib.read_toml(path)
     extra = {"agent": data.pop("agent", {}), "train": data.pop("train", {})}
+    file_agent = dict(extra["agent"])
     base_overrides = []
     for text in overrides:
         head = text.split("=", 1)[0].strip().split(".")[0]
@@ -130,6 +131,11 @@ def load(path=None, overrides=()) -> RunConfig:
         raise DataError(where, None, "agent.kind", f"unknown learner {kind!r}; known: {sorted(agents.LEARNERS)}")
     agent_cls = agents.LEARNERS[kind].config
     agent_fields = {f.name for f in dataclasses.fields(agent_cls)}
+    file_kind = file_agent.get("kind", agents.ddqn.AgentConfig.kind)
+    foreign = sorted(set(file_agent) - agent_fields)
+    if kind != file_kind and foreign:  # --set agent.kind=... on another learner's preset
+        raise DataError(where, None, f"agent.{foreign[0]}", f"is a setting of {file_kind!r}, not of {kind!r} "
+                        f"(agent.kind was overridden): start from a {kind!r} preset instead")
     moved = sorted(set(extra["train"]) & agent_fields - {f.name for f in dataclasses.fields(training.TrainConfig)})
     if moved:
         raise DataError(where, None, f"train.{moved[0]}", f"is a setting of the learner: write it in [agent] "

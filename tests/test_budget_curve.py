@@ -35,7 +35,8 @@ def test_without_config_the_run_is_the_main_jobs_preset():
 @pytest.mark.parametrize("learner", [extended(GNN_PPO, id="gnn-ppo")])
 def test_one_row_per_budget_and_resume_continues_the_run(learner, tmp_path, capsys):
     sets = [f"--set={s}" for s in [*COMMON, *learner, "eval.episodes=4", "eval.batch_size=4"]]
-    first = ["--out", str(tmp_path), "--label", "tiny", "--baseline", "sjf", *sets]
+    # PPO's budget curve runs on its own preset (the main job's is GNN-DDQN's, whose agent keys PPO lacks)
+    first = ["--config", "gnn_ppo", "--out", str(tmp_path), "--label", "tiny", "--baseline", "sjf", *sets]
     # tiny PPO: 8 envs x 4 steps = 32 env steps per update, chunks of 10 updates
     assert budget_curve.main([*first, "--budgets", "300"]) == 0
     rows = pd.read_csv(tmp_path / "budget.csv")

@@ -9,6 +9,7 @@ import pytest
 from jaxsched import cli
 from jaxsched import config as cfg_lib
 from jaxsched import train as train_lib
+from jaxsched.errors import DataError
 
 
 def test_console_script_is_installed_and_points_at_the_cli():
@@ -49,6 +50,13 @@ def test_a_preset_loads_by_name_and_by_its_checkout_path_from_any_folder(tmp_pat
     assert cfg_lib.load("configs/drr_32.toml") == by_path
     assert train_lib.load("gnn_ddqn") == train_lib.load(train_lib.DEFAULT_CONFIG)
     assert train_lib.load("drr_32").agent.kind == "drr"
+
+
+def test_switching_learner_on_another_learners_preset_names_the_foreign_setting():
+    with pytest.raises(DataError, match=r"gnn_ddqn\.toml.*'agent\.batch_size'.*setting of 'gnn-ddqn', not of 'gnn-ppo'"):
+        train_lib.load("gnn_ddqn", ['agent.kind="gnn-ppo"'])
+    assert train_lib.load("gnn_ppo", ["agent.lr=1e-3"]).agent.kind == "gnn-ppo"  # the learner's own preset
+    assert train_lib.load(None, ['agent.kind="gnn-ppo"']).agent.kind == "gnn-ppo"  # no file: nothing foreign
 
 
 def test_an_unknown_config_names_itself_and_the_presets(tmp_path, monkeypatch, capsys):
