@@ -439,7 +439,8 @@ def run_identity(run: RunConfig) -> dict:
 
 def check_same_run(out_dir: Path, run: RunConfig) -> None:
     """A ``DataError`` naming the settings that differ if ``out_dir``'s checkpoints were
-    trained with another config (e.g. another train.seed, which would mislabel the agent)."""
+    trained with another config (e.g. another train.seed, which would mislabel the agent). A
+    setting missing from ``train_run.json`` (newer than the checkpoints) counts as its default."""
     path = out_dir / RUN_FILE
     try:
         saved = json.loads(path.read_text())
@@ -457,7 +458,11 @@ def check_same_run(out_dir: Path, run: RunConfig) -> None:
         return out
 
     now, then = flat(run_identity(run)), flat(saved)
-    differ = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
+    # A setting added since the checkpoints were written is absent from the file; at its default
+    # (what the earlier code did) it is the same run.
+    defaults = flat(run_identity(RunConfig(cfg_lib.Config(), type(run.agent)(), training.TrainConfig())))
+    differ = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k)
+                    and not (k not in then and k in defaults and now[k] == defaults[k]))
     if differ:
         shown = "; ".join(f"{k} = {now.get(k)!r} now, {then.get(k)!r} in the checkpoints" for k in differ[:5])
         raise DataError(str(path), None, "--resume", f"these checkpoints were trained with other settings: {shown}"

@@ -46,7 +46,9 @@ class AgentConfig:
     Double DQN. buffer_size: replay transitions. batch_size: sampled per gradient step.
     grad_steps: per update. learning_starts: transitions in replay before learning. gamma:
     discount. n_step: steps of reward summed before bootstrapping (1 = one-step Double DQN).
-    lr, max_grad_norm: adam and global-norm clipping. target: "periodic" (copy every
+    lr, max_grad_norm: adam and global-norm clipping. lr_decay: updates over which the learning
+    rate falls linearly from lr to lr_end, then stays there (0: lr throughout; a budget curve's
+    horizon, e.g. 18,800 updates for 3 x 10^5 env steps at 16 envs). target: "periodic" (copy every
     target_every updates) or "polyak" (rate tau each update). eps_start/eps_end/eps_decay:
     linear epsilon schedule over eps_decay updates.
     """
@@ -64,6 +66,8 @@ class AgentConfig:
     gamma: float = 0.99
     n_step: int = 1
     lr: float = 3e-4
+    lr_decay: int = 0
+    lr_end: float = 0.0
     max_grad_norm: float = 10.0
     target: str = "periodic"
     target_every: int = 200
@@ -94,6 +98,10 @@ class AgentConfig:
         for field in ("lr", "max_grad_norm"):
             if not getattr(self, field) > 0:
                 bad(field, "must be > 0")
+        if not isinstance(self.lr_decay, int) or isinstance(self.lr_decay, bool) or self.lr_decay < 0:
+            bad("lr_decay", "must be an integer >= 0 (updates; 0 keeps lr constant)")
+        if not 0.0 <= self.lr_end <= self.lr:
+            bad("lr_end", f"must be in [0, lr = {self.lr}]")
         for field in ("gamma", "eps_start", "eps_end"):
             if not 0.0 <= getattr(self, field) <= 1.0:
                 bad(field, "must be in [0, 1]")

@@ -73,8 +73,13 @@ def env_config(agent: ddqn.AgentConfig, config):
 
 
 def make_optimiser(agent: ddqn.AgentConfig):
-    """The online network's optimiser: adam after global-norm clipping."""
-    return optax.chain(optax.clip_by_global_norm(agent.max_grad_norm), optax.adam(agent.lr))
+    """The online network's optimiser: adam after global-norm clipping, at agent.lr, or with
+    lr_decay > 0 at a rate falling linearly to lr_end over lr_decay updates (grad_steps
+    optimiser steps each; the schedule's step count is then part of the optimiser state)."""
+    lr = agent.lr
+    if agent.lr_decay:
+        lr = optax.linear_schedule(agent.lr, agent.lr_end, agent.lr_decay * agent.grad_steps)
+    return optax.chain(optax.clip_by_global_norm(agent.max_grad_norm), optax.adam(lr))
 
 
 def make_buffer(agent: ddqn.AgentConfig, num_envs: int):

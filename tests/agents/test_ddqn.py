@@ -5,10 +5,12 @@ import types
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxsched.agents import ddqn
+from jaxsched.agents import ddqn, gnn_ddqn
 
 
 def _fake_obs(action_mask, k, n):
@@ -83,3 +85,27 @@ def test_epsilon_schedule_is_linear_then_flat():
     assert float(ddqn.epsilon_at(0, 1.0, 0.1, 100)) == 1.0
     np.testing.assert_allclose(float(ddqn.epsilon_at(50, 1.0, 0.1, 100)), 0.55, rtol=1e-6)
     np.testing.assert_allclose(float(ddqn.epsilon_at(500, 1.0, 0.1, 100)), 0.1, rtol=1e-6)
+
+
+def test_learning_rate_falls_linearly_to_lr_end_then_stays():
+    # A constant gradient makes each adam step (bias-corrected) minus the learning rate itself.
+    agent = ddqn.AgentConfig(lr=1e-2, lr_decay=10, lr_end=2e-3, grad_steps=2)  # 20 optimiser steps
+    optimiser = gnn_ddqn.make_optimiser(agent)
+    params, grad = jnp.zeros(()), jnp.ones(())
+    state, steps = optimiser.init(params), []
+    for _ in range(25):
+        update, state = optimiser.update(grad, state, params)
+        steps.append(-float(update))
+    want = [1e-2 + (2e-3 - 1e-2) * min(k, 20) / 20 for k in range(25)]
+    np.testing.assert_allclose(steps, want, rtol=1e-4)  # float32
+    # lr_decay 0: adam at a constant rate, with the optimiser state of before (old checkpoints restore)
+    constant = gnn_ddqn.make_optimiser(ddqn.AgentConfig(lr=1e-2))
+    old = optax.chain(optax.clip_by_global_norm(10.0), optax.adam(1e-2))
+    assert jax.tree.structure(constant.init(params)) == jax.tree.structure(old.init(params))
+    assert -float(constant.update(grad, constant.init(params), params)[0]) == pytest.approx(1e-2, rel=1e-5)
+
+
+@pytest.mark.parametrize("bad", [{"lr_decay": -1}, {"lr_decay": 1.5}, {"lr_end": -1e-4}, {"lr_end": 1.0}])
+def test_bad_learning_rate_schedules_are_refused(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ddqn.AgentConfig(lr=1e-3, **bad)

@@ -1,6 +1,7 @@
 """Training: checkpoint round trip, resume = uninterrupted run, and a learning test."""
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -107,6 +108,20 @@ def test_checkpoint_flag_and_resume_agree_on_the_newest_intact_step_past_an_empt
     assert "not the newer 20.corrupt" in capfd.readouterr().err
     _, selection = train_lib.load_trained(run, cut)
     assert int(selection.update) == 30 and "corrupt" not in capfd.readouterr().err
+
+
+def test_a_setting_newer_than_the_checkpoints_counts_as_its_default(tmp_path):
+    # train_run.json written before agent.lr_decay / lr_end existed: resuming at their defaults
+    # (what that code did) is the same run; a schedule switched on is another one.
+    run = tiny_run()
+    older = train_lib.run_identity(run)
+    del older["agent"]["lr_decay"], older["agent"]["lr_end"]
+    (tmp_path / train_lib.RUN_FILE).write_text(json.dumps(older))
+    train_lib.check_same_run(tmp_path, run)
+    with pytest.raises(DataError, match=r"agent\.lr_decay = 100 now, None in the checkpoints"):
+        train_lib.check_same_run(tmp_path, tiny_run("agent.lr_decay=100"))
+    with pytest.raises(DataError, match=r"agent\.lr = 0\.01 now, 0\.001 in the checkpoints"):
+        train_lib.check_same_run(tmp_path, tiny_run("agent.lr=0.01"))
 
 
 def test_resume_refuses_what_it_cannot_continue(tmp_path):
