@@ -23,7 +23,9 @@ per chunk of updates), committed beside the curve so that a curve that turns can
 A run stopped at any point continues with ``--resume`` (same arguments): the budgets already
 in the CSV are skipped and training goes on from the run's last checkpoint (every
 ``--checkpoint-every`` updates, and at each budget) under ``results/budget/runs/<label>``
-(not committed). ``train_s`` is the training time summed over the sessions that ran it.
+(not committed). ``--max-train-s`` stops a long one at a checkpoint after that many seconds.
+``train_s`` is the training time summed over the sessions that ran it, a session stopped or
+killed between two budgets included (its logged time, up to the run's last checkpoint).
 """
 
 from __future__ import annotations
@@ -61,6 +63,21 @@ def load_run(config: str | None, sets=(), episodes: int | None = None):
     if episodes:
         overrides.append(f"eval.episodes={episodes}")
     return tr.load(config or tr.DEFAULT_CONFIG, overrides)
+
+
+def interrupted_train_s(run_dir: Path, after_updates: int) -> float:
+    """Seconds of training that ``run_dir``'s log holds past ``after_updates`` (the last budget
+    in the CSV), up to the run's last checkpoint: the sessions stopped before the next budget.
+    Each session's ``wall_s`` counts from its own start, so where it drops a new one begins."""
+    log_path, folder = run_dir / "train_log.csv", run_dir / "checkpoints"
+    if not log_path.exists() or not folder.is_dir():
+        return 0.0
+    last = max((int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), default=0)
+    log = pd.read_csv(log_path)
+    wall = log.loc[(log["run"] == 0) & (log["update"] > after_updates) & (log["update"] <= last),
+                   "wall_s"].to_numpy()
+    session_ends = [i for i in range(len(wall)) if i + 1 == len(wall) or wall[i + 1] < wall[i]]
+    return float(sum(wall[i] for i in session_ends))
 
 
 def read_rows(path: Path) -> pd.DataFrame:
@@ -112,6 +129,8 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="updates between checkpoints")
     parser.add_argument("--out", default="results/budget", help="folder of budget.csv and the plot")
     parser.add_argument("--resume", action="store_true", help="continue this label's run")
+    parser.add_argument("--max-train-s", type=float, metavar="S",
+                        help="stop training at a checkpoint after about S seconds (--resume continues)")
     parser.add_argument("--plot-only", action="store_true", help="only redraw the plot from the CSV")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -140,25 +159,33 @@ def main(argv=None) -> int:
               "another --label starts a new one", file=sys.stderr)
         return 2
     train_s = float(rows.loc[rows["label"] == label, "train_s"].max()) if done else 0.0
+    if args.resume:
+        train_s += interrupted_train_s(run_dir, max(done, default=0))
 
     config = run.base  # the preset's held-out episodes, as python -m jaxsched.train evaluates them
     base_jct = per_episode_jct(config, policies.get(args.baseline))
     first_fit_jct = per_episode_jct(config, policies.get("first-fit"))
     play = None
     resume = args.resume and tr.has_checkpoint(run_dir)
+    invocation_start = time.perf_counter()
     for updates in budget_updates(budgets, steps_per_update, tc.chunk_updates):
         if updates in done:
             continue
         segment = dataclasses.replace(run, train=dataclasses.replace(
             tc, total_updates=updates, checkpoint_every=every))
         start = time.perf_counter()
+        time_left = None if args.max_train_s is None else args.max_train_s - (start - invocation_start)
         try:
-            trained = tr.train(segment, run_dir, resume=resume)
+            trained = tr.train(segment, run_dir, resume=resume, max_train_s=time_left)
         except DataError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         train_s += time.perf_counter() - start
         resume = True
+        if int(trained.runners.update[0]) < updates:  # --max-train-s ran out: checkpointed there
+            print(f"{label}: stopped after {int(trained.runners.update[0])} of {updates} updates "
+                  f"(--max-train-s {args.max_train_s:g}); --resume continues", flush=True)
+            return 0
         if int(trained.runners.update[0]) != updates:
             print(f"error: the checkpoint in {run_dir} is past {updates} updates: start another --label",
                   file=sys.stderr)

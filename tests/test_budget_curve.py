@@ -32,6 +32,17 @@ def test_without_config_the_run_is_the_main_jobs_preset():
     assert budget_curve.load_run(None, episodes=8).base.eval.episodes == 8
 
 
+def test_interrupted_sessions_time_is_summed_up_to_the_last_checkpoint(tmp_path):
+    # budgets at update 10 (in the CSV); then a session stopped at 30, one killed at 50 after
+    # its checkpoint at 40: 2 s + 1.5 s, and not the 4 s logged past that checkpoint
+    (tmp_path / "checkpoints" / "40").mkdir(parents=True)
+    pd.DataFrame({"update": [10, 20, 30, 40, 50], "run": 0,
+                  "wall_s": [9.0, 1.0, 2.0, 1.5, 4.0]}).to_csv(tmp_path / "train_log.csv", index=False)
+    assert budget_curve.interrupted_train_s(tmp_path, 10) == 3.5
+    assert budget_curve.interrupted_train_s(tmp_path, 40) == 0.0
+    assert budget_curve.interrupted_train_s(tmp_path / "absent", 0) == 0.0
+
+
 @pytest.mark.parametrize("learner", [extended(GNN_PPO, id="gnn-ppo")])
 def test_one_row_per_budget_and_resume_continues_the_run(learner, tmp_path, capsys):
     sets = [f"--set={s}" for s in [*COMMON, *learner, "eval.episodes=4", "eval.batch_size=4"]]
@@ -43,6 +54,10 @@ def test_one_row_per_budget_and_resume_continues_the_run(learner, tmp_path, caps
     assert rows["updates"].tolist() == [10] and rows["env_steps"].tolist() == [320]
     assert budget_curve.main([*first, "--budgets", "300,700"]) == 2  # rows exist: --resume or another label
     assert "--resume" in capsys.readouterr().err
+    # a session stopped between two budgets (one chunk, past its 0 s) writes no row; the next goes on
+    assert budget_curve.main([*first, "--budgets", "300,700", "--resume", "--max-train-s", "0"]) == 0
+    assert "stopped after 20 of 30 updates" in capsys.readouterr().out
+    assert pd.read_csv(tmp_path / "budget.csv")["updates"].tolist() == [10]
     assert budget_curve.main([*first, "--budgets", "300,700", "--resume"]) == 0
     rows = pd.read_csv(tmp_path / "budget.csv")
     assert rows["updates"].tolist() == [10, 30]
