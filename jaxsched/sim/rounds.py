@@ -15,15 +15,18 @@ are rebuilt from per-job masks, and the jobs' segments are closed (preempted) an
 finished job's last segment stays open in ``SimState.segments`` (``seg_start_s`` finite,
 ``end_s <= t``): ``attained_now`` and ``preemption_metrics`` close it at ``min(end_s, t)``.
 The walk's cost: one sort of the candidates by priority, in ``EnvConfig.walk_slots`` slots
-(the running candidates and the queued ones of highest priority, by ``top_k``; all J jobs only
-when the jobs left out could have changed the round); then one turn per candidate that is queued
-when its turn comes (a running one keeps its nodes and costs nothing), each a few O(N) fit
-tests: first whether it fits with every running job after it given back at once (if not,
-nothing changes and the turn ends), then one per running job it releases in thought, from the
-last still running; the walk stops once no candidate after it is still running and no later
-candidate fits the free GPUs. Only the nodes that changed are written back. (On Gavel's
-108-GPU cluster at 4 jobs an hour: about 1 ms a round on 2 CPU cores, 55 times less than the
-first version's loop over every candidate and running job.)
+(every candidate when they fit, else the running candidates and the queued ones of highest
+priority, by ``top_k``; all J jobs only when the jobs left out could have changed the round);
+then one turn per candidate that is queued when its turn comes (a running one keeps its nodes
+and costs nothing), each a few O(N) fit tests: first whether it fits with every running job
+after it given back at once (if not, nothing changes and the turn ends, and the later queued
+jobs asking exactly the same are skipped until a turn places a job: they cannot fit either),
+then one per running job it releases in thought, from the last still running; the walk stops
+once no candidate after it is still running and no later candidate fits the free GPUs. Only
+the nodes that changed are written back; the J-long masks become index lists by
+``reduce.nonzero_indices``. (On Gavel's 108-GPU cluster at 4 jobs an hour: about 1 ms a round
+on 2 CPU cores, 55 times less than the first version's loop over every candidate and running
+job; docs/performance.md has the later steps.)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from flax import struct
 
 from jaxsched.sim import frag, gangs, metrics, resources
 from jaxsched.sim.config import INF
-from jaxsched.sim.reduce import ordered_sum
+from jaxsched.sim.reduce import nonzero_indices, ordered_sum
 from jaxsched.types import GPU_MILLI, OUTCOME_PLACED, EnvParams, Jobs, RoundClock, Segments, SimState
 
 
@@ -191,7 +194,7 @@ class RoundsMixin:
         # 1. held running jobs leave, all at once (order does not matter)
         ring = jnp.maximum(core.run_job, 0)
         go = (core.run_job >= 0) & held[ring]
-        walk = self._take_all(walk, jobs, params, ring, go, 1)
+        walk = jax.lax.cond(go.any(), lambda w: self._take_all(w, jobs, params, ring, go, 1), lambda w: w, walk)
         gone = mark_jobs(jnp.where(go, ring, -1), num_jobs)
         walk = walk.replace(running=walk.running & ~gone, num_running=walk.num_running - go.sum(dtype=jnp.int32),
                             preempted=gone)
@@ -208,29 +211,38 @@ class RoundsMixin:
             return run
 
         def walk_all(walk):  # every candidate (a sort of J jobs)
-            ids = jnp.nonzero(cand, size=num_jobs, fill_value=num_jobs)[0].astype(jnp.int32)  # by index
+            ids = nonzero_indices(cand, num_jobs, num_jobs)  # by index
             return walk_over(ids, n_cand, jnp.bool_(False), GPU_MILLI + 1)(walk)[0]
 
         slots = min(cfg.walk_slots, num_jobs)
         if slots == num_jobs:
             return walk_all(walk), running0, queued0
         # In ``walk_slots`` slots (a sort of all J jobs is most of a round's time when J is
-        # large): the running candidates and the queued ones of highest priority (top_k: ties
-        # to the lower index, as the order), as many as fit. The walk over them is the walk
-        # over all candidates up to the last queued one listed; past it, only if it has
-        # settled (``_walk_order``): else the round is walked again over every candidate.
+        # large): every candidate when they fit, else the running candidates and the queued
+        # ones of highest priority (top_k: ties to the lower index, as the order), as many as
+        # fit. The walk over them is the walk over all candidates up to the last queued one
+        # listed; past it, only if it has settled (``_walk_order``): else the round is walked
+        # again over every candidate.
         running_cand, queued_cand = cand & running0, cand & ~running0
         n_running = running_cand.sum(dtype=jnp.int32)
         n_queued = n_cand - n_running
-        runs = jnp.nonzero(running_cand, size=slots, fill_value=num_jobs)[0].astype(jnp.int32)
-        best = jax.lax.top_k(jnp.where(queued_cand, priority + 0.0, -INF), slots)[1].astype(jnp.int32)
+
+        def every_candidate(_):  # by index, as walk_over needs them; none left out
+            return nonzero_indices(cand, slots, num_jobs), jnp.bool_(False), jnp.int32(GPU_MILLI + 1)
+
+        def running_and_best(_):
+            runs = nonzero_indices(running_cand, slots, num_jobs)
+            best = jax.lax.top_k(jnp.where(queued_cand, priority + 0.0, -INF), slots)[1].astype(jnp.int32)
+            take = jnp.clip(slots - n_running, 0, n_queued)
+            i = jnp.arange(slots)
+            ids = jnp.sort(jnp.where(i < n_running, runs, jnp.where(  # by index
+                i - n_running < take, best[jnp.clip(i - n_running, 0, slots - 1)], num_jobs)))
+            rest = queued_cand.at[ids].set(False, mode="drop")  # the queued candidates left out
+            return ids, rest.any(), jnp.where(rest, jobs.gpu_milli, GPU_MILLI + 1).min().astype(jnp.int32)
+
+        ids, left_out, rest_ask = jax.lax.cond(n_cand <= slots, every_candidate, running_and_best, None)
         take = jnp.clip(slots - n_running, 0, n_queued)
-        i = jnp.arange(slots)
-        ids = jnp.sort(jnp.where(i < n_running, runs, jnp.where(  # by index, as walk_over needs them
-            i - n_running < take, best[jnp.clip(i - n_running, 0, slots - 1)], num_jobs)))
-        rest = queued_cand.at[ids].set(False, mode="drop")  # the queued candidates left out
-        rest_ask = jnp.where(rest, jobs.gpu_milli, GPU_MILLI + 1).min()
-        listed, settled = walk_over(ids, n_running + take, rest.any(), rest_ask)(walk)
+        listed, settled = walk_over(ids, n_running + take, left_out, rest_ask)(walk)
         walk = jax.lax.cond(settled & (n_running <= slots), lambda w: listed, walk_all, walk)
         return walk, running0, queued0
 
@@ -252,7 +264,7 @@ class RoundsMixin:
         # they can be released in thought (a job placed in this walk comes before the rest).
         k = min(cfg.running_capacity, num_slots)
         running_at = is_cand & running0.at[order].get(mode="fill", fill_value=False)
-        run_pos = jnp.nonzero(running_at, size=k, fill_value=num_slots)[0].astype(jnp.int32)
+        run_pos = nonzero_indices(running_at, k, num_slots)
         run_ids = order.at[run_pos].get(mode="fill", fill_value=jobs.num_jobs)  # [k] job ids
         queued_at = is_cand & ~running_at
         last_queued = jnp.where(queued_at.any(), num_slots - 1 - jnp.argmax(queued_at[::-1]), -1)
@@ -270,28 +282,37 @@ class RoundsMixin:
                 walk.num_running >= cfg.running_capacity)
             return none_left & nothing_fits
 
-        def next_turn(p, walk):
-            """The first position >= p whose candidate is queued now (num_slots: none)."""
-            want = (positions >= p) & is_cand & ~walk.running.at[order].get(mode="fill", fill_value=True)
+        # Each position's request ([L] each), to skip the turns that cannot change anything: a
+        # turn that changes nothing leaves the walk as it was, and a later turn has no more to
+        # give back (fewer running jobs after it), so a later job asking exactly the same cannot
+        # fit either, until a turn places a job.
+        request = [x.at[order].get(mode="fill", fill_value=-1) for x in self._request(jobs, jnp.arange(jobs.num_jobs))]
+
+        def next_turn(p, walk, futile):
+            """The first position >= p whose candidate is queued now and not ``futile`` (num_slots: none)."""
+            want = (positions >= p) & is_cand & ~futile & ~walk.running.at[order].get(mode="fill", fill_value=True)
             return jnp.where(want.any(), jnp.argmax(want), num_slots).astype(jnp.int32)
 
         def going(carry):
-            p, walk = carry
+            p, walk, _ = carry
             return (p < n_listed) & (p <= last_turn) & ~stops(p, walk)
 
         def turn(carry):  # one queued candidate per turn (running ones keep theirs)
-            p, walk = carry
+            p, walk, futile = carry
             j = order[p]
             place = walk.num_running < cfg.running_capacity
-            walk = self._place_preempting(key, walk, state, params, run_pos, run_ids, p, j, place)
-            return next_turn(p + 1, walk), walk
+            walk, placed = self._place_preempting(key, walk, state, params, run_pos, run_ids, p, j, place)
+            same = (positions > p) & jnp.stack([x == x[p] for x in request]).all(0)
+            futile = jnp.where(placed, False, futile | same)
+            return next_turn(p + 1, walk, futile), walk, futile
 
-        walk = jax.lax.while_loop(going, turn, (next_turn(0, walk), walk))[1]
+        none_futile = jnp.zeros(num_slots, bool)
+        walk = jax.lax.while_loop(going, turn, (next_turn(0, walk, none_futile), walk, none_futile))[1]
         return walk, ~left_out | stops(last_queued + 1, walk)
 
     def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, run_pos, run_ids, p, j,
-                          place) -> Walk:
-        """Queued job j (position p of the order) when ``place``: first-fit, after giving back
+                          place):
+        """Queued job j (position p of the order) when ``place`` -> (walk, placed): first-fit, after giving back
         in thought the running jobs after it in the order (``run_pos`` [k]: the positions of
         the candidates running at the round's start, ascending, then padding; ``run_ids``
         their jobs), the last first, until it fits; those whose resources it then took are
@@ -338,7 +359,8 @@ class RoundsMixin:
 
         # A job that fits nowhere even with them all given back changes nothing: no release, no
         # placement (most turns of a queue of gangs that cannot fit).
-        return jax.lax.cond(place & fits_all, placing, lambda w: w, walk)
+        placed = place & fits_all
+        return jax.lax.cond(placed, placing, lambda w: w, walk), placed
 
     def _fit_row_free(self, walk: Walk, jobs: Jobs, cluster, j):
         """[N] bool: job j fits each node (as the anchor, for a gang) with the walk's free
@@ -504,13 +526,13 @@ class RoundsMixin:
 
         # The running ring, sorted by (end, index), and the queue, by index.
         r = cfg.running_capacity
-        running = jnp.nonzero(walk.running, size=r, fill_value=num_jobs)[0]  # by index, [R]
+        running = nonzero_indices(walk.running, r, num_jobs)  # by index, [R]
         by_end = running[jnp.argsort(end_s.at[running].get(mode="fill", fill_value=INF), stable=True)]
         in_ring = jnp.arange(r) < walk.num_running
         run_job = jnp.where(in_ring, by_end, -1).astype(jnp.int32)
         queued = (queued0 | running0) & ~walk.running
         q_slots = core.queue.shape[0]
-        queue = jnp.nonzero(queued, size=q_slots, fill_value=-1)[0].astype(jnp.int32)  # by index
+        queue = nonzero_indices(queued, q_slots, -1)  # by index
         core = core.replace(
             run_job=run_job,
             run_end_s=jnp.where(in_ring, end_s[jnp.maximum(run_job, 0)], INF),
