@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxsched.sim import resources
+from jaxsched.sim.when_due import when_due
 from jaxsched.types import GPU_MILLI, MAX_GPUS_PER_NODE, Cluster, Core, Jobs
 
 GANG_RULES = ("consolidate", "spread")
@@ -116,34 +117,53 @@ class GangMixin:
     def _gang_plan(self, core: Core, jobs: Jobs, cluster: Cluster, node_rank, j, n, place):
         """What placing job j with anchor n takes -> (is_gang, node [S], gpus [S]): is_gang
         when ``place`` and the job cannot run on n alone; the parts as ``parts`` chooses them."""
-        k = jobs.num_gpu[j]
-        closed = self._closed(core, j, jnp.arange(cluster.num_nodes))
-        cap = caps(cluster, core.free_cpu, core.free_mem, core.whole_free, k, jobs.cpu_milli[j],
-                   jobs.mem_mib[j], jobs.model_mask[j], closed)
-        node, gpus = parts(cap, n, k, node_rank, self.config.max_span, self.config.gang_rule)
-        return place & (k >= 2) & (cap[n] < k), node, gpus
+        k, span = jobs.num_gpu[j], self.config.max_span
+
+        def plan():
+            closed = self._closed(core, j, jnp.arange(cluster.num_nodes))
+            cap = caps(cluster, core.free_cpu, core.free_mem, core.whole_free, k, jobs.cpu_milli[j],
+                       jobs.mem_mib[j], jobs.model_mask[j], closed)
+            node, gpus = parts(cap, n, k, node_rank, span, self.config.gang_rule)
+            return (cap[n] < k), node, gpus
+
+        def no_gang():  # fewer than 2 GPUs, or no placement: no parts are taken
+            return jnp.bool_(False), jnp.full(span, -1, jnp.int32), jnp.zeros(span, jnp.int32)
+
+        is_gang, node, gpus = jax.lax.cond(place & (k >= 2), plan, no_gang)
+        return place & (k >= 2) & is_gang, node, gpus
 
     def _place_parts(self, core: Core, jobs: Jobs, params, j, node, gpus, active):
         """Job j takes, for each part s (when ``active``), the ``gpus[s]`` lowest-indexed wholly
-        free GPUs of ``node[s]`` and its CPU and memory share -> (core, GPU bits [S])."""
-        bits = []
-        for i, g in zip(node, gpus):
-            on = active & (g > 0)
-            i = jnp.maximum(i, 0)
-            whole = core.free_milli[i] == GPU_MILLI
-            pick = whole & (jnp.cumsum(whole) <= g) & on
-            bits.append(resources.mask_to_bits(pick))
-            core = self._change_part(core, jobs, params, j, i, pick, -1, on)
-        return core, jnp.stack(bits)
+        free GPUs of ``node[s]`` and its CPU and memory share -> (core, GPU bits [S]; 0 when
+        not ``active``). Skipped unless a gang is placed (``when_due``: S node updates)."""
+        def take(carry, params):
+            core, jobs, j, node, gpus, active, _ = carry
+            bits = []
+            for i, g in zip(node, gpus):
+                on = active & (g > 0)
+                i = jnp.maximum(i, 0)
+                whole = core.free_milli[i] == GPU_MILLI
+                pick = whole & (jnp.cumsum(whole) <= g) & on
+                bits.append(resources.mask_to_bits(pick))
+                core = self._change_part(core, jobs, params, j, i, pick, -1, on)
+            return core, jobs, j, node, gpus, active, jnp.stack(bits)
+
+        no_bits = jnp.zeros(node.shape, jnp.int32)
+        out = when_due(lambda carry: carry[5], take, (core, jobs, j, node, gpus, active, no_bits), params)
+        return out[0], out[6]
 
     def _release_parts(self, core: Core, jobs: Jobs, params, j, node, bits, active):
         """Job j's parts on ``node`` [S'] (-1: none) holding GPUs ``bits`` [S'] give back what
-        they took (when ``active``)."""
-        for i, b in zip(node, bits):
-            on = active & (i >= 0)
-            gpus = resources.bits_to_mask(b, params.cluster.max_gpus) & on
-            core = self._change_part(core, jobs, params, j, jnp.maximum(i, 0), gpus, 1, on)
-        return core
+        they took (when ``active``; skipped otherwise, ``when_due``)."""
+        def give_back(carry, params):
+            core, jobs, j, node, bits, active = carry
+            for i, b in zip(node, bits):
+                on = active & (i >= 0)
+                gpus = resources.bits_to_mask(b, params.cluster.max_gpus) & on
+                core = self._change_part(core, jobs, params, j, jnp.maximum(i, 0), gpus, 1, on)
+            return core, jobs, j, node, bits, active
+
+        return when_due(lambda carry: carry[5], give_back, (core, jobs, j, node, bits, active), params)[0]
 
     def _change_part(self, core: Core, jobs: Jobs, params, j, i, gpus, sign: int, active):
         """Node i gains (sign 1) or loses (-1) the whole GPUs ``gpus`` [G] of job j's part

@@ -32,10 +32,16 @@ class NodeStateMixin:
         capacity and on the reservation (docs/semantics.md, "Gang jobs")."""
         if self.config.gangs:
             j = jnp.asarray(j)
-            closed = self._closed(core, j[..., None], jnp.arange(cluster.num_nodes))
-            fit = gangs.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
-                             *self._request(jobs, j), self.config.max_span, closed)
-            return fit if n is None else fit[..., n]
+
+            def as_gang():
+                closed = self._closed(core, j[..., None], jnp.arange(cluster.num_nodes))
+                fit = gangs.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
+                                 *self._request(jobs, j), self.config.max_span, closed)
+                return fit if n is None else fit[..., n]
+
+            if j.ndim == 0:  # one job: its gang tests only if it could be a gang
+                return jax.lax.cond(jobs.num_gpu[j] >= 2, as_gang, lambda: self._fits_alone(core, jobs, cluster, j, n))
+            return as_gang()
         return self._fits_alone(core, jobs, cluster, j, n)
 
     def _request(self, jobs: Jobs, j):

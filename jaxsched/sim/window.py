@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxsched.sim import resources
 from jaxsched.sim.config import INF
+from jaxsched.sim.when_due import when_due
 from jaxsched.types import Core, Jobs
 
 WINDOW_FIELDS = ("win_job", "win_pos", "win_len", "scan_pos", "window_fit")  # what the window loops change
@@ -73,24 +74,36 @@ class WindowMixin:
         """A job with fit ``row`` [N] belongs in the window: it fits somewhere (always, strict)."""
         return row.any() if self.config.backfill else jnp.bool_(True)
 
-    def _column(self, core: Core, jobs: Jobs, cluster, n):
-        """int32 ``window_fit`` bits of node n: which window jobs fit it (and may use it)."""
+    def _column(self, core: Core, jobs: Jobs, cluster, n, alone=False):
+        """int32 ``window_fit`` bits of node n: which window jobs fit it (and may use it).
+        ``alone``: as jobs that run on one node (exact for every job of fewer than 2 GPUs)."""
         window = self._window(core)
         j = jnp.maximum(window, 0)
-        column = self._fits(core, jobs, cluster, j, n) & (window >= 0) & ~self._closed(core, window, n)
+        fits = self._fits_alone if alone else self._fits
+        column = fits(core, jobs, cluster, j, n) & (window >= 0) & ~self._closed(core, window, n)
         return resources.mask_to_bits(column)
 
     def _refit(self, core: Core, jobs: Jobs, cluster, n, active=True):
         """``window_fit`` after node n's resources or closure changed (when ``active``): node
-        n's bits; with gangs every node's, since whether a gang fits with one node as its
-        anchor depends on the others' capacity ([K, N] fit tests)."""
-        if self.config.gangs:
+        n's bits; with gangs every node's while a window job has 2 GPUs or more, since whether
+        a gang fits with one node as its anchor depends on the others' capacity ([K, N] fit
+        tests, skipped while no window job could be a gang: ``when_due``)."""
+        column = self._column(core, jobs, cluster, n, alone=True)
+        core = core.replace(window_fit=core.window_fit.at[n].set(jnp.where(active, column, core.window_fit[n])))
+        if not self.config.gangs:
+            return core
+
+        window = self._window(core)
+        gang_in_window = active & ((window >= 0) & (jobs.num_gpu[jnp.maximum(window, 0)] >= 2)).any()
+
+        def every_node(carry, cluster):  # (the batched inputs go through the carry: when_due)
+            core, jobs, due = carry
             window = self._window(core)
             fit = self._fits(core, jobs, cluster, jnp.maximum(window, 0)) & (window >= 0)[:, None]
             fit = fit & ~self._closed(core, window[:, None], jnp.arange(cluster.num_nodes))
-            return core.replace(window_fit=jnp.where(active, resources.mask_to_bits(fit.T), core.window_fit))
-        column = self._column(core, jobs, cluster, n)
-        return core.replace(window_fit=core.window_fit.at[n].set(jnp.where(active, column, core.window_fit[n])))
+            return core.replace(window_fit=jnp.where(due, resources.mask_to_bits(fit.T), core.window_fit)), jobs, due
+
+        return when_due(lambda carry: carry[2], every_node, (core, jobs, gang_in_window), cluster)[0]
 
     def _win_insert(self, core: Core, s, pos, j, row, active):
         """Put job j at queue position ``pos`` (fit ``row`` [N]) into window slot s < K when

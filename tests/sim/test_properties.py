@@ -18,6 +18,7 @@ from jaxsched.sim import resources
 from jaxsched.sim.resources import bits_to_mask
 from jaxsched.types import OUTCOME_PLACED, EnvParams, jobs_from_numpy, to_device
 from tests.assertions import assert_trees_equal_to_rounding
+from tests.sim.test_gangs import GANG_SIZES
 from tests.settings import EXAMPLES, extended
 from tests.strategies import FRAG_CLASSES, PAD_JOBS, PAD_NODES, clusters, workloads
 
@@ -172,6 +173,10 @@ SCHEDULE_CASES = {  # every code path the loop schedules treat differently: (env
     "interrupts": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10,
                                         resched_interval_s=40.0, migration_pause_s=7.0,
                                         reserve_after_s=15.0, warmup_jobs=3, measured_jobs=12)), 2),
+    # Gangs (jobs of up to 16 GPUs over up to 3 nodes): their window refits and parts run only
+    # when some episode of the batch has a gang (when_due), and a reservation.
+    "gangs": (ClusterEnv(EnvConfig(window=3, queue_capacity=8, running_capacity=10, max_span=3,
+                                   reserve_after_s=15.0)), 2),
 }
 
 
@@ -180,13 +185,14 @@ def jitted_schedule(env, turns, chunk=-1):
     return jax.jit(lambda p, j, k, cap: rollout(env, random_any, None, p, j, k, cap, chunk, turns))
 
 
-@pytest.mark.parametrize("case", ["dynamic", extended("static"), extended("strict-sjf-small"), extended("interrupts")])
+@pytest.mark.parametrize("case", ["dynamic", "gangs", extended("static"), extended("strict-sjf-small"),
+                                  extended("interrupts")])
 @settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
 @given(cluster=clusters(), seed=st.integers(0, 2**31 - 1), data=st.data())
 def test_every_loop_schedule_plays_the_same_episodes(case, cluster, seed, data):
     # Stepping the batch together, turn by turn, and each episode alone (chunk 1, unbatched).
     env, turns = SCHEDULE_CASES[case]
-    jobs = [data.draw(workloads()) for _ in range(3)]
+    jobs = [data.draw(workloads(sizes=GANG_SIZES) if case == "gangs" else workloads()) for _ in range(3)]
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
     batch = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *jobs)
     keys = jax.random.split(jax.random.key(seed), 3)
