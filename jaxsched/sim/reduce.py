@@ -1,5 +1,5 @@
-"""Sums that behave: float sums whose result does not depend on the batch shape, and sums
-over a short last axis that vectorise.
+"""Sums that behave: float sums whose result does not depend on the batch shape, sums
+over a short last axis that vectorise, and the index list of a mask by a fast prefix sum.
 
 XLA may sum a float axis in a different order when the same episode runs in a batch of 1,
 of 64 or on another device, which changes the last bits. Per-episode results must not depend
@@ -48,7 +48,6 @@ def sum_last(x):
     return total
 
 
-
 def nonzero_indices(mask, size: int, fill_value):
     """[size] int32: ``jnp.nonzero(mask, size=size, fill_value=fill_value)[0]`` of a 1-D mask,
     the indices of its True entries ascending, then ``fill_value``; the first ``size`` if more.
@@ -63,4 +62,4 @@ def nonzero_indices(mask, size: int, fill_value):
         return jnp.where(jnp.arange(size) < count[-1], index, fill_value).astype(jnp.int32)
     slot = jnp.where(mask & (count <= size), count - 1, size)
     out = jnp.full(size, fill_value, jnp.int32)
-    return out.at[slot].set(jnp.arange(mask.shape[0], dtype=jnp.int32), mode="drop", unique_indices=True)
+    return out.at[slot].set(jnp.arange(mask.shape[0], dtype=jnp.int32), mode="drop")
