@@ -124,13 +124,12 @@ class GangMixin:
             cap = caps(cluster, core.free_cpu, core.free_mem, core.whole_free, k, jobs.cpu_milli[j],
                        jobs.mem_mib[j], jobs.model_mask[j], closed)
             node, gpus = parts(cap, n, k, node_rank, span, self.config.gang_rule)
-            return (cap[n] < k), node, gpus
+            return cap[n] < k, node, gpus
 
         def no_gang():  # fewer than 2 GPUs, or no placement: no parts are taken
             return jnp.bool_(False), jnp.full(span, -1, jnp.int32), jnp.zeros(span, jnp.int32)
 
-        is_gang, node, gpus = jax.lax.cond(place & (k >= 2), plan, no_gang)
-        return place & (k >= 2) & is_gang, node, gpus
+        return jax.lax.cond(place & (k >= 2), plan, no_gang)
 
     def _place_parts(self, core: Core, jobs: Jobs, params, j, node, gpus, active):
         """Job j takes, for each part s (when ``active``), the ``gpus[s]`` lowest-indexed wholly

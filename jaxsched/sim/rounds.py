@@ -228,7 +228,7 @@ class RoundsMixin:
         n_queued = n_cand - n_running
 
         def every_candidate(_):  # by index, as walk_over needs them; none left out
-            return nonzero_indices(cand, slots, num_jobs), jnp.bool_(False), jnp.int32(GPU_MILLI + 1)
+            return nonzero_indices(cand, slots, num_jobs), n_cand, jnp.bool_(False), jnp.int32(GPU_MILLI + 1)
 
         def running_and_best(_):
             runs = nonzero_indices(running_cand, slots, num_jobs)
@@ -238,11 +238,11 @@ class RoundsMixin:
             ids = jnp.sort(jnp.where(i < n_running, runs, jnp.where(  # by index
                 i - n_running < take, best[jnp.clip(i - n_running, 0, slots - 1)], num_jobs)))
             rest = queued_cand.at[ids].set(False, mode="drop")  # the queued candidates left out
-            return ids, rest.any(), jnp.where(rest, jobs.gpu_milli, GPU_MILLI + 1).min().astype(jnp.int32)
+            rest_ask = jnp.where(rest, jobs.gpu_milli, GPU_MILLI + 1).min().astype(jnp.int32)
+            return ids, n_running + take, rest.any(), rest_ask
 
-        ids, left_out, rest_ask = jax.lax.cond(n_cand <= slots, every_candidate, running_and_best, None)
-        take = jnp.clip(slots - n_running, 0, n_queued)
-        listed, settled = walk_over(ids, n_running + take, left_out, rest_ask)(walk)
+        ids, n_listed, left_out, rest_ask = jax.lax.cond(n_cand <= slots, every_candidate, running_and_best, None)
+        listed, settled = walk_over(ids, n_listed, left_out, rest_ask)(walk)
         walk = jax.lax.cond(settled & (n_running <= slots), lambda w: listed, walk_all, walk)
         return walk, running0, queued0
 
@@ -286,7 +286,7 @@ class RoundsMixin:
         # turn that changes nothing leaves the walk as it was, and a later turn has no more to
         # give back (fewer running jobs after it), so a later job asking exactly the same cannot
         # fit either, until a turn places a job.
-        request = [x.at[order].get(mode="fill", fill_value=-1) for x in self._request(jobs, jnp.arange(jobs.num_jobs))]
+        request = self._request(jobs, jnp.minimum(order, jobs.num_jobs - 1))  # (padding: never a turn)
 
         def next_turn(p, walk, futile):
             """The first position >= p whose candidate is queued now and not ``futile`` (num_slots: none)."""
