@@ -27,17 +27,20 @@ class RoundSettings:
     tiresias_thresholds_gpu_s: tiresias's queue thresholds, attained GPU-seconds (b_1 < ... < b_m:
       m + 1 queues).
     tiresias_promote_knob: tiresias's starvation knob (0: no promotion).
+    max_span: the most nodes one job may run on (las: the largest job size is this many
+      nodes' GPUs).
     """
 
     round_s: float
     tiresias_thresholds_gpu_s: tuple
     tiresias_promote_knob: float
+    max_span: int
 
 
 def settings(config) -> RoundSettings:
     """The ``RoundSettings`` of an ``EnvConfig`` (one with rounds)."""
     return RoundSettings(float(config.round_s), tuple(float(b) for b in config.tiresias_thresholds_gpu_s),
-                         float(config.tiresias_promote_knob))
+                         float(config.tiresias_promote_knob), int(config.max_span))
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,26 +76,28 @@ def cluster_gpus(state):
     return (state.core.free_milli.sum() + held) // GPU_MILLI
 
 
-def max_min_share(num_gpu, active, total_gpus):
+def max_min_share(num_gpu, active, total_gpus, max_job_gpus: int):
     """[J] float32 each job's max-min fair share of time x (Gavel's heterogeneity-agnostic
     max-min fairness, all throughputs 1, water-filled): the active GPU jobs get
     x = min(1, L / num_gpu), L the level with sum min(num_gpu, L) = total_gpus (float32:
     L = float32(total - sum of the sizes under it) / float32(how many are not under it));
     every job gets 1 when their GPUs fit, and CPU-only or inactive jobs get 1.
 
-    num_gpu [J] int32, active [J] bool, total_gpus [] int32."""
-    num_jobs = num_gpu.shape[0]
-    sizes = jnp.where(active & (num_gpu > 0), num_gpu, 0)
-    n = (sizes > 0).sum(dtype=jnp.int32)
-    k = jnp.arange(num_jobs, dtype=jnp.int32)
-    ascending = jnp.sort(jnp.where(sizes > 0, sizes, jnp.iinfo(jnp.int32).max))
-    ascending = jnp.where(k < n, ascending, 0)
-    below = jnp.cumsum(ascending) - ascending  # sizes before position k
-    # Position k is the first not fully served when giving every job from k on its size
-    # would need more than the GPUs left (integers: exact).
-    short = (k < n) & (ascending * (n - k) > total_gpus - below)
+    num_gpu [J] int32, active [J] bool, total_gpus [] int32; max_job_gpus (static): the most
+    GPUs an active job can ask (max_span x GPUs per node: a job no node set can hold fails at
+    arrival). The level comes from a histogram of the sizes, not a sort of the J jobs: over
+    the sizes v that occur, ascending, the first short one (giving every job of size >= v
+    its size would need more than the GPUs the smaller ones leave) sets L; the integers are
+    those of the sorted water-fill, so the shares are the same (at J = 8,000 and 16 episodes,
+    about 10 times less time than the sort on the CPU)."""
+    sizes = jnp.where(active & (num_gpu > 0), jnp.minimum(num_gpu, max_job_gpus), 0)
+    v = jnp.arange(max_job_gpus + 1, dtype=jnp.int32)  # size v = bin v; bin 0 not counted
+    count = jnp.zeros(max_job_gpus + 1, jnp.int32).at[sizes].add(1).at[0].set(0)
+    at_least = jnp.cumsum(count[::-1])[::-1]  # jobs of size >= v
+    below = jnp.cumsum(v * count) - v * count  # GPUs of the jobs of size < v
+    short = (count > 0) & (v * at_least > total_gpus - below)
     first = jnp.argmax(short)
-    level = (total_gpus - below[first]).astype(jnp.float32) / (n - first).astype(jnp.float32)
+    level = (total_gpus - below[first]).astype(jnp.float32) / at_least[first].astype(jnp.float32)
     share = jnp.minimum(1.0, level / jnp.maximum(sizes, 1).astype(jnp.float32))
     return jnp.where(short.any() & (sizes > 0), share, 1.0)
 
@@ -104,7 +109,8 @@ def las(params, state, key):
     "Round policies"."""
     round_settings = _need(params, "las")
     attained_s = attained_now(state)[0]
-    share = max_min_share(state.jobs.num_gpu, active_jobs(state), cluster_gpus(state))
+    share = max_min_share(state.jobs.num_gpu, active_jobs(state), cluster_gpus(state),
+                          round_settings.max_span * state.core.free_milli.shape[-1])
     return share / (attained_s + jnp.float32(round_settings.round_s / 2))
 
 

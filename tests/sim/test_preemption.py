@@ -34,7 +34,7 @@ ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
     # walk_slots 3: the candidates are sorted in 3 slots when they fit, else in J (both ways)
     pytest.param(("las", "tiresias"), {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 3, **TIRESIAS},
                  False, id="las-tiresias"),
-    pytest.param(("srtf", "priority"), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
+    pytest.param(("srtf", "priority", "las"), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
                              "max_span": 3, "walk_slots": 4}, True, id="srtf-priority-gangs-by-size"),
     extended(("las-gpu", "tiresias"), {"round_s": 30.0, "restart_overhead_s": (0.0, 7.5, 20.0),
                                        "restart_above_gpus": (1, 4), "max_span": 3, "gang_rule": "spread",
@@ -112,6 +112,21 @@ def run_las_gpu_by_hand(cluster, jobs, **settings):
     state, metrics = jax.jit(lambda p, j, k: rollout(env, round_policies.las_gpu, None, p, j, k, 50))(
         params, batch, jax.random.key(0)[None])
     return jax.tree.map(lambda x: x[0], (state, metrics))
+
+
+@hyp.settings(max_examples=4 * EXAMPLES, deadline=None)
+@given(sizes=st.lists(st.sampled_from([0, 1, 2, 3, 4, 8, 16, 64]), min_size=1, max_size=40),
+       active=st.lists(st.booleans(), min_size=40, max_size=40), gpus=st.integers(1, 200))
+def test_las_shares_are_the_references_water_fill(sizes, active, gpus):
+    """las's histogram water-fill gives the reference's shares bit for bit (sizes up to the
+    static bound 64: a gang of 8 nodes of 8 GPUs); CPU-only and inactive jobs get 1."""
+    active = np.asarray(active[:len(sizes)])
+    got = np.asarray(round_policies.max_min_share(jnp.asarray(sizes, jnp.int32), jnp.asarray(active),
+                                                  jnp.int32(gpus), 64))
+    gpu_jobs = [j for j, size in enumerate(sizes) if active[j] and size > 0]
+    want = np.ones(len(sizes), np.float32)
+    want[gpu_jobs] = reference.max_min_shares([sizes[j] for j in gpu_jobs], gpus)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_las_gpu_hand_example_in_the_env():
@@ -227,7 +242,7 @@ def test_registry_gives_round_policies_rounds_and_flat_schedulers_none():
     bound = policies.get("tiresias").bound_policy(config)
     assert bound is policies.get("tiresias").bound_policy(config)  # cached: one compile
     assert bound is round_policies.with_settings(
-        round_policies.tiresias, round_policies.RoundSettings(policies.ROUND_S, (60.0, 600.0), 2.0))
+        round_policies.tiresias, round_policies.RoundSettings(policies.ROUND_S, (60.0, 600.0), 2.0, 1))
     assert policies.get("first-fit").bound_policy(config) is policies.get("first-fit").policy
     with pytest.raises(ValueError, match="RoundSettings"):
         round_policies.las(None, None, None)
