@@ -32,7 +32,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from jaxsched import actions
+from jaxsched import actions, max_min_lp
+from jaxsched.cluster import MODEL_NAMES
 from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED
 
 # Fixed maxima of the published BestFit score (SPEC.md, best-fit).
@@ -344,6 +345,7 @@ class ReferenceSim:
         self.seg_cost_s = [np.float32(0)] * self.J  # restart cost of the current segment (0: none)
         self.segments: list[list[tuple]] = [[] for _ in range(self.J)]
         self.attained_s = [np.float32(0)] * self.J  # wall seconds held, closed segments
+        self.attained_model_s = [[np.float32(0)] * len(MODEL_NAMES) for _ in range(self.J)]  # ... by anchor model
         self.preemptions = [0] * self.J
         self.restart_gpu_s = 0.0  # GPU-seconds of the restart costs of closed segments
 
@@ -667,6 +669,8 @@ class ReferenceSim:
         self.remaining_s[j] = np.float32(0) if t >= self.end_s[j] else self._remaining_now(j)
         self.segments[j].append((self.seg_start_s[j], self.run_from_s[j], t, self.seg_speed[j]))
         self.attained_s[j] = np.float32(self.attained_s[j] + np.float32(t - self.seg_start_s[j]))
+        m = self.gpu_model[self.node[j]]
+        self.attained_model_s[j][m] = np.float32(self.attained_model_s[j][m] + np.float32(t - self.seg_start_s[j]))
         restart_s = min(float(self.seg_cost_s[j]), float(t) - float(self.seg_start_s[j]))
         self.restart_gpu_s += self._gpus(j) * restart_s
         self.seg_start_s[j] = self.run_from_s[j] = np.float32(np.inf)
@@ -685,6 +689,15 @@ class ReferenceSim:
         gpus = np.float32(self.jobs[j].num_gpu * self.jobs[j].gpu_milli) / np.float32(GPU_MILLI)
         return attained, np.float32(attained * gpus)
 
+    def attained_by_model_now(self, j: int) -> list:
+        """Job j's attained wall seconds now by GPU model id ([M] float32): on the models of
+        its segments' anchor nodes, the running segment included."""
+        attained = list(self.attained_model_s[j])
+        if self._in_segment(j):
+            m = self.gpu_model[self.node[j]]
+            attained[m] = np.float32(attained[m] + np.float32(self.time_s - self.seg_start_s[j]))
+        return attained
+
     def remaining_now(self, j: int) -> np.float32:
         """Job j's work left now, in reference-speed seconds (an oracle: policies that know
         job sizes read it)."""
@@ -698,36 +711,61 @@ class ReferenceSim:
 
     def step_round(self, priority) -> None:
         """Decide the round due now (semantics.md, "Preemption and rounds"): ``priority`` is
-        a float per job ([J]; read for queued and running jobs only), higher runs first,
-        ties to the lower job index; NaN or -inf holds a job back (a running one is
-        preempted). No-op once the episode is done."""
+        a float per job ([J]) or per (job, GPU model id) ([J, M]; read for queued and running
+        jobs only), higher runs first, ties to the lower job index (then model); NaN or -inf
+        holds a job (a pair) back (a running one is preempted). No-op once the episode is done."""
         if not self._rounds():
             raise ValueError("step_round needs RefConfig.round_s > 0")
         if self.done:
             return
         if not self.round_due:
             raise ValueError("no round is due now")
-        priority = [np.float32(p) for p in np.asarray(priority, np.float32).reshape(-1)]
-        if len(priority) != self.J:
-            raise ValueError(f"priority has {len(priority)} entries, the episode has {self.J} jobs")
+        priority = np.asarray(priority, np.float32)
+        if priority.ndim not in (1, 2) or priority.shape[0] != self.J:
+            raise ValueError(f"priority has shape {priority.shape}; the episode has {self.J} jobs: "
+                             f"give [{self.J}] or [{self.J}, models]")
         self.decisions += 1
         self._allocate_round(priority)
         self.round_due = False
         self._advance()
 
-    def _allocate_round(self, priority: list) -> None:
-        """Held running jobs are preempted; then the queued and running jobs, by priority,
-        each keep their nodes (running) or are placed first-fit (queued), preempting the
-        lowest-priority running jobs still to come in the order when nothing else fits."""
-        held = [not p > -np.inf for p in priority]  # NaN or -inf
-        for j in sorted(j for _, j in self.running if held[j]):
-            self._preempt(j)
-        order = sorted((j for j in self.queue + [j for _, j in self.running] if not held[j]),
-                       key=lambda j: (-priority[j], j))
-        for pos, j in enumerate(order):
+    def _allocate_round(self, priority: np.ndarray) -> None:
+        """Held running jobs are preempted; then the queued and running jobs (with per-model
+        priorities: the (job, model) pairs, a running job only on its anchor's model), by
+        priority, each keep their nodes (running) or are placed first-fit (queued; on the
+        pair's model only), preempting the lowest-priority running jobs still to come in the
+        order when nothing else fits."""
+        per_model = priority.ndim == 2
+        score = {}  # (job, model) -> priority; model None: any model
+        running = {j for _, j in self.running}
+        for j in self.queue + sorted(running):
+            if not per_model:
+                units = [(None, priority[j])]
+            elif j in running:  # its own pair only: the model of its anchor node
+                m = self.gpu_model[self.node[j]]
+                units = [(m, priority[j, m] if m < priority.shape[1] else np.nan)]
+            else:
+                units = list(enumerate(priority[j]))
+            for m, p in units:
+                if p > -np.inf:  # not NaN or -inf
+                    score[j, m] = float(p)
+        listed = {j for j, _ in score}
+        for j in sorted(running - listed):
+            self._preempt(j)  # held: its own pair is not listed
+        order = sorted(score, key=lambda u: (-score[u], u[0], -1 if u[1] is None else u[1]))
+        for pos, (j, m) in enumerate(order):
             if self._in_segment(j) or len(self.running) >= self.config.running_capacity:
-                continue  # a running job keeps its nodes; a full running set takes no job
-            self._place_preempting(j, [v for v in order[pos + 1:] if self._in_segment(v)])
+                continue  # a running (or already placed) job keeps its nodes; a full set takes none
+            lower = [v for v, _ in order[pos + 1:] if v in running and self._in_segment(v)]
+            if m is None:
+                self._place_preempting(j, lower)
+                continue
+            job = self.jobs[j]
+            self.jobs[j] = job._replace(model_mask=job.model_mask & (1 << m))  # this pair's model only
+            try:
+                self._place_preempting(j, lower)
+            finally:
+                self.jobs[j] = job
 
     def _place_preempting(self, j: int, lower: list[int]) -> None:
         """Place queued job j first-fit, after giving back (in thought) the running jobs of
@@ -1663,6 +1701,46 @@ def _las_priority(sim: ReferenceSim) -> list:
             else np.float32(0) for j in range(sim.J)]
 
 
+def _las_perf_priority(sim: ReferenceSim) -> np.ndarray:
+    """las-perf, Gavel's heterogeneity-aware LAS: per (job, GPU model id), the job's share of
+    time on the model from the max-min LP (``max_min_lp.allocation``, the one solver both
+    simulators call) times the model's GPUs, over the time it has received there (plus half
+    a round); -inf where it may not run; CPU-only jobs as las with share 1 on every model.
+    [J, M] float32 (rows of jobs not in the system are not read)."""
+    num_models = len(MODEL_NAMES)
+    workers = [0] * num_models
+    speed = [[np.float32(0)] * sim.T for _ in range(num_models)]
+    for n in range(sim.N):
+        if sim.node_valid[n] and sim.gpus_of[n]:
+            m = sim.gpu_model[n]
+            workers[m] += len(sim.gpus_of[n])
+            speed[m] = [max(a, b) for a, b in zip(speed[m], sim.type_speed[n])]
+    in_system = _in_system(sim)
+    gpu_jobs = [j for j in in_system if sim.jobs[j].num_gpu > 0]
+    share = np.ones(sim.J, np.float32)
+    share[gpu_jobs] = max_min_shares([sim.jobs[j].num_gpu for j in gpu_jobs], sum(len(g) for g in sim.gpus_of))
+    throughput = np.zeros((sim.J, num_models), np.float32)
+    scale = np.zeros(sim.J, np.int64)
+    for j in range(sim.J):
+        job = sim.jobs[j]
+        for m in range(num_models):
+            if workers[m] and _model_allowed(job.model_mask, m):
+                throughput[j, m] = speed[m][job.job_type]
+    scale[gpu_jobs] = [sim.jobs[j].num_gpu for j in gpu_jobs]
+    x = max_min_lp.allocation(throughput, scale, share, workers)
+    head_start = np.float32(sim.config.round_s / 2)
+    priority = np.zeros((sim.J, num_models), np.float32)
+    for j in in_system:
+        if sim.jobs[j].num_gpu == 0:
+            priority[j] = np.float32(1) / np.float32(sim.attained_now(j)[0] + head_start)
+            continue
+        attained = sim.attained_by_model_now(j)
+        for m in range(num_models):
+            priority[j, m] = (np.float32(x[j, m] * np.float32(workers[m])) / np.float32(attained[m] + head_start)
+                              if throughput[j, m] > 0 else -np.inf)
+    return priority
+
+
 def _las_gpu_priority(sim: ReferenceSim) -> list:
     """las-gpu, least attained GPU-time (continuous 2D-LAS): the fewest GPU-seconds held so
     far first (a job that has not run yet has 0). CPU-only jobs hold no GPU, so they always
@@ -1704,6 +1782,7 @@ def _qos_priority(sim: ReferenceSim) -> list:
 
 ROUND_POLICIES = {
     "las": _las_priority,
+    "las-perf": _las_perf_priority,
     "las-gpu": _las_gpu_priority,
     "tiresias": _tiresias_priority,
     "srtf": _srtf_priority,

@@ -121,11 +121,15 @@ def _decide_and_step(env, policy, policy_params, env_params, step_key, state, ob
     """Decision t of one episode: the policy acts on ``obs`` and the env steps.
     The key schedule every loop shares: ``fold_in(step_key, t)`` split for policy and env.
     With rounds (``EnvConfig.round_s`` > 0) the policy is a round policy,
-    ``policy(params, state, key) -> priority [J]`` (``jaxsched.policies.rounds``), and the env
-    takes the round (``step_round``)."""
+    ``policy(params, state, key) -> priority [J]`` (``jaxsched.policies.rounds``; one that
+    ``reads_env_params`` also gets ``env_params``, and may give [J, M]), and the env takes the
+    round (``step_round``)."""
     k_policy, k_env = jax.random.split(jax.random.fold_in(step_key, t))
     if env.config.rounds:
-        priority = policy(policy_params, state, k_policy)
+        if getattr(policy, "reads_env_params", False):
+            priority = policy(policy_params, state, k_policy, env_params)
+        else:
+            priority = policy(policy_params, state, k_policy)
         state, obs, _, _, _ = env.step_round(k_env, state, priority, env_params)
         return state, obs
     action = policy(policy_params, obs, k_policy)
@@ -216,10 +220,13 @@ def sharded_rollout(env: ClusterEnv, policy: Callable, policy_params, env_params
 
     Each device runs its own shard to the end (no cross-device sync per step). Episodes
     are padded to a multiple of the device count and the padding is dropped, so results
-    are per-episode identical to ``rollout``. With one device this is ``rollout``.
+    are per-episode identical to ``rollout``. With one device, or a policy that
+    ``calls_host`` (a ``jax.pure_callback``: in JAX 0.10's CPU client a callback from two
+    host devices at once deadlocks once its inputs are large, as las-perf's are at thousands
+    of jobs), this is ``rollout``.
     """
     devices = jax.devices()
-    if len(devices) == 1:
+    if len(devices) == 1 or getattr(policy, "calls_host", False):
         return rollout(env, policy, policy_params, env_params, jobs, keys, max_steps, chunk, turns)
     batch = keys.shape[0]
     padded = -(-batch // len(devices)) * len(devices)

@@ -265,6 +265,9 @@ class Segments:
     run_from_s    [J] float32  seg_start_s + the restart cost: work is done from here on
     seg_speed     [J] float32  the speed of the current segment (1.0 for CPU-only jobs)
     attained_s    [J] float32  wall seconds held over the closed (preempted) segments
+    attained_model_s [J, M] float32  the same by the GPU model id of the segment's anchor
+                               node (M = len(cluster.MODEL_NAMES)): what per-model round
+                               policies (las-perf) read
     preemptions   [J] int32    times the job was preempted
     restart_gpu_s []  float32  GPU-seconds of restart cost over the closed segments
     waiting_since_s [J] float32 when the job was last preempted, while it waits to start again;
@@ -278,6 +281,7 @@ class Segments:
     run_from_s: jax.Array
     seg_speed: jax.Array
     attained_s: jax.Array
+    attained_model_s: jax.Array
     preemptions: jax.Array
     restart_gpu_s: jax.Array
     waiting_since_s: jax.Array

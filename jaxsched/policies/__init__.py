@@ -29,7 +29,7 @@ from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies import rounds
 from jaxsched.policies.reserving_packing import reserving_packing
-from jaxsched.policies.rounds import las, las_gpu, priority, srtf, tiresias
+from jaxsched.policies.rounds import las, las_gpu, las_perf, priority, srtf, tiresias
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -133,6 +133,10 @@ REGISTRY = {
                   "with speed vs packing weighted by queue pressure", queue_order="fifo"),
         Scheduler("las", las, "best-fit",
                   "round policy, Gavel's LAS: max-min fair share over time received; preempts, first-fit",
+                  turns=None, round_policy=True),
+        Scheduler("las-perf", las_perf, "best-fit",
+                  "round policy, Gavel's heterogeneity-aware LAS: max-min fairness over the "
+                  "throughput matrix (an LP on the host), a priority per (job, GPU model); preempts, first-fit",
                   turns=None, round_policy=True),
         Scheduler("las-gpu", las_gpu, "best-fit",
                   "round policy, least attained GPU-time first (Tiresias's continuous 2D-LAS); "

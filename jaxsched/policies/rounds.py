@@ -5,7 +5,9 @@ index; NaN or -inf holds a job back. ``ClusterEnv.step_round`` takes the priorit
 
 ``params`` of a round policy is its ``RoundSettings`` (the run's round length and Tiresias's
 queues, from the ``EnvConfig``): ``with_settings`` binds them, as ``evaluate.scheduler_policy``
-does for every registered round policy; las-gpu, srtf and priority read none.
+does for every registered round policy; las-gpu, srtf and priority read none. A policy that
+also reads the cluster (``las_perf``, marked by ``reads_env_params``) gets the run's
+``EnvParams`` as a fourth argument, and gives a priority per (job, GPU model id), [J, M].
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import functools
 
 import jax.numpy as jnp
 
-from jaxsched.sim.rounds import attained_now, mark_jobs, remaining_now
+from jaxsched.cluster import MODEL_NAMES
+from jaxsched.max_min_lp import allocation_in_jit
+from jaxsched.sim.rounds import attained_by_model_now, attained_now, mark_jobs, remaining_now
 from jaxsched.types import GPU_MILLI
 
 
@@ -47,9 +51,20 @@ def settings(config) -> RoundSettings:
 def with_settings(policy, round_settings: RoundSettings):
     """``policy`` with ``round_settings`` as its params (cached: the same pair gives the same
     function, so jitted rollouts compile once)."""
-    def bound(params, state, key):
+    reads_env = reads_env_params(policy)
+
+    def bound(params, state, key, env_params=None):
+        if reads_env:
+            return policy(round_settings, state, key, env_params)
         return policy(round_settings, state, key)
+    bound.reads_env_params = reads_env
+    bound.calls_host = getattr(policy, "calls_host", False)
     return bound
+
+
+def reads_env_params(policy) -> bool:
+    """The round policy takes the run's ``EnvParams`` as a fourth argument (``las_perf``)."""
+    return getattr(policy, "reads_env_params", False)
 
 
 def _need(params, name):
@@ -112,6 +127,45 @@ def las(params, state, key):
     share = max_min_share(state.jobs.num_gpu, active_jobs(state), cluster_gpus(state),
                           round_settings.max_span * state.core.free_milli.shape[-1])
     return share / (attained_s + jnp.float32(round_settings.round_s / 2))
+
+
+def model_table(cluster):
+    """(workers [M] int32, speed [M, T] float32) per GPU model id: its GPUs in the cluster, and
+    the speed of each job type on it (the fastest of its nodes; 0 for a model with no GPU)."""
+    num_models = len(MODEL_NAMES)
+    gpu_node = cluster.valid & (cluster.num_gpus > 0)
+    row = jnp.where(gpu_node, cluster.gpu_model, num_models)  # (dropped)
+    workers = jnp.zeros(num_models, jnp.int32).at[row].add(cluster.num_gpus, mode="drop")
+    speed = jnp.zeros((num_models, cluster.type_speed.shape[-1]), jnp.float32).at[row].max(
+        cluster.type_speed, mode="drop")
+    return workers, speed
+
+
+def las_perf(params, state, key, env_params):
+    """Gavel's LAS with Gavel (heterogeneity-aware max-min fairness, ``max_min_fairness_perf``)
+    -> priority [J, M] per (job, GPU model id): x[j, m] * W_m / (attained on m + round_s / 2),
+    x the allocation of the max-min LP over the throughput matrix (``max_min_lp``, solved on
+    the host), W_m the model's GPUs; -inf where the job may not run (no GPU of the model, or
+    not allowed); CPU-only jobs 1 / (attained_s + round_s / 2) on every model.
+    docs/semantics.md, "Round policies"."""
+    round_settings = _need(params, "las-perf")
+    jobs, cluster = state.jobs, env_params.cluster
+    workers, speed = model_table(cluster)
+    allowed = (jobs.model_mask[:, None] >> jnp.arange(len(MODEL_NAMES))) & 1 == 1  # [J, M]
+    throughput = jnp.where(allowed & (workers > 0), speed[:, jobs.job_type].T, 0.0)  # [J, M]
+    active = active_jobs(state)
+    gpu_job = jobs.num_gpu > 0
+    share = max_min_share(jobs.num_gpu, active, cluster_gpus(state),
+                          round_settings.max_span * state.core.free_milli.shape[-1])
+    x = allocation_in_jit(throughput, jnp.where(active & gpu_job, jobs.num_gpu, 0), share, workers)
+    half_round = jnp.float32(round_settings.round_s / 2)
+    gpu_priority = x * workers.astype(jnp.float32) / (attained_by_model_now(state, cluster) + half_round)
+    cpu_priority = 1.0 / (attained_now(state)[0] + half_round)
+    return jnp.where(gpu_job[:, None], jnp.where(throughput > 0, gpu_priority, -jnp.inf), cpu_priority[:, None])
+
+
+las_perf.reads_env_params = True
+las_perf.calls_host = True  # (its LP: ``rollout.sharded_rollout`` keeps it on one device)
 
 
 def las_gpu(params, state, key):

@@ -6,7 +6,9 @@ index; NaN or -inf holds a job back) and ``step_round`` decides which jobs run: 
 jobs are preempted, then the queued and running jobs are walked in priority order; a running
 job keeps its nodes, a queued one is placed first-fit, releasing (in thought) the running jobs
 after it in the order, the last first, until it fits; those whose resources it then took are
-preempted, the others keep theirs.
+preempted, the others keep theirs. A policy may instead give a priority per (job, GPU model
+id), [J, M]: the walk's units are then (job, model) pairs, a queued job placed on its pair's
+model only, at the first of its pairs with room ("Per-model priorities").
 
 The walk works on plain free arrays (``Walk``); the nodes that changed are written back through
 ``_set_node`` afterwards (integrals, fragmentation, drop table), the running ring and the queue
@@ -35,6 +37,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxsched.cluster import MODEL_NAMES
 from jaxsched.sim import frag, gangs, metrics, resources
 from jaxsched.sim.config import INF
 from jaxsched.sim.reduce import nonzero_indices, ordered_sum
@@ -94,6 +97,19 @@ def attained_now(state: SimState):
     return attained, attained * job_gpus(state.jobs)
 
 
+def attained_by_model_now(state: SimState, cluster):
+    """[J, M] float32 each job's attained service now by GPU model id (wall seconds held on
+    nodes of that model, as its anchor; ``attained_now`` split by model): the closed
+    segments, and the current or last one up to min(end, t) on its anchor's model."""
+    seg, t = state.segments, state.core.time_s
+    open_ = jnp.isfinite(seg.seg_start_s)
+    held_s = jnp.where(open_, jnp.minimum(state.end_s, t) - seg.seg_start_s, 0.0)
+    model = cluster.gpu_model[jnp.maximum(state.node, 0)]
+    rows = jnp.arange(state.jobs.num_jobs)
+    return seg.attained_model_s.at[rows, model].set(
+        jnp.where(open_, seg.attained_model_s[rows, model] + held_s, seg.attained_model_s[rows, model]))
+
+
 def remaining_now(state: SimState):
     """[J] float32 each job's work left now (reference-speed seconds): float32(end - t) * speed
     for a running job past its restart cost, else the work left when its segment began."""
@@ -119,6 +135,7 @@ class RoundsMixin:
             run_from_s=jnp.full(num_jobs, INF),
             seg_speed=jnp.ones(num_jobs, jnp.float32),
             attained_s=jnp.zeros(num_jobs, jnp.float32),
+            attained_model_s=jnp.zeros((num_jobs, len(MODEL_NAMES)), jnp.float32),
             preemptions=jnp.zeros(num_jobs, jnp.int32),
             restart_gpu_s=jnp.float32(0.0),
             waiting_since_s=jnp.full(num_jobs, INF),
@@ -156,10 +173,11 @@ class RoundsMixin:
 
     # ----- the round decision -------------------------------------------------------------
     def step_round(self, key, state: SimState, priority, params: EnvParams):
-        """Decide the round due now with ``priority`` ([J] float32; read for queued and
-        running jobs only) and run to the next round -> (state, obs, reward, done, info),
-        as ``step``. Once the episode is done it changes nothing and counts nothing. The
-        reward is the "in_system" one, -(job-seconds in the system until the next round)."""
+        """Decide the round due now with ``priority`` (float32 [J], or [J, M] per (job, GPU
+        model id); read for queued and running jobs only) and run to the next round ->
+        (state, obs, reward, done, info), as ``step``. Once the episode is done it changes
+        nothing and counts nothing. The reward is the "in_system" one, -(job-seconds in the
+        system until the next round)."""
         if not self.config.rounds:
             raise ValueError("step_round needs EnvConfig.round_s > 0")
         live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
@@ -178,12 +196,30 @@ class RoundsMixin:
 
     def _round_walk(self, key, state: SimState, priority, params: EnvParams):
         """The round decision on the free arrays -> (walk, running0 [J], queued0 [J]): the
-        ``Walk`` after it, and the jobs running and queued before it."""
+        ``Walk`` after it, and the jobs running and queued before it.
+
+        The walk's units are the jobs (``priority`` [J]) or the (job, GPU model) pairs
+        (``priority`` [J, M]: unit j * M + m is job j on model m's nodes only; a running job
+        is listed once, on the model of its anchor node)."""
         cfg, core, jobs = self.config, state.core, state.jobs
         num_jobs = jobs.num_jobs
+        per_model = priority.ndim == 2
+        num_models = priority.shape[1] if per_model else 1
+        num_units = num_jobs * num_models
         running0, queued0 = mark_jobs(core.run_job, num_jobs), mark_jobs(core.queue, num_jobs)
-        held = ~(priority > -jnp.inf)  # NaN or -inf
-        cand = (queued0 | running0) & ~held
+        flat = priority.reshape(-1)  # [U]
+        listed = flat > -jnp.inf     # not NaN or -inf
+        if per_model:
+            run_model = params.cluster.gpu_model[jnp.maximum(state.node, 0)]  # [J] (read for running jobs)
+            unit_job = jnp.repeat(jnp.arange(num_jobs, dtype=jnp.int32), num_models)
+            own = jnp.tile(jnp.arange(num_models, dtype=jnp.int32), num_jobs) == run_model[unit_job]
+            cand = (queued0[unit_job] | (running0[unit_job] & own)) & listed
+            held = ~(priority[jnp.arange(num_jobs), jnp.clip(run_model, 0, num_models - 1)] > -jnp.inf) | (
+                run_model >= num_models)  # [J], read for running jobs: its own pair is held
+        else:
+            unit_job = jnp.arange(num_jobs, dtype=jnp.int32)
+            cand = (queued0 | running0) & listed
+            held = ~listed
         n_cand = cand.sum(dtype=jnp.int32)
 
         walk = Walk(core.free_milli, core.free_cpu, core.free_mem, running0, core.num_running,
@@ -200,45 +236,48 @@ class RoundsMixin:
                             preempted=gone)
 
         # 2. the walk, over the candidates in order (``_walk_order``).
-        def walk_over(ids, n_listed, left_out, rest_ask):  # ids [L]: the listed jobs by index, then J
+        def walk_over(ids, n_listed, left_out, rest_ask):  # ids [L]: the listed units by index, then U
             def run(walk):
                 # By (priority descending, index ascending: a stable sort of ids in index order);
                 # 0.0 - p makes -0.0 and 0.0 one key, as Python's sort sees them; a candidate's
                 # key is < +inf, so the padding comes last.
-                sort_key = jnp.where(ids < num_jobs, 0.0 - priority.at[ids].get(mode="fill", fill_value=0.0), INF)
+                sort_key = jnp.where(ids < num_units, 0.0 - flat.at[ids].get(mode="fill", fill_value=0.0), INF)
                 order = ids[jnp.argsort(sort_key, stable=True)]
-                return self._walk_order(key, walk, state, params, order, running0, n_listed, left_out, rest_ask)
+                return self._walk_order(key, walk, state, params, order, num_models, running0, n_listed,
+                                        left_out, rest_ask)
             return run
 
-        def walk_all(walk):  # every candidate (a sort of J jobs)
-            ids = nonzero_indices(cand, num_jobs, num_jobs)  # by index
+        def walk_all(walk):  # every candidate (a sort of U units)
+            ids = nonzero_indices(cand, num_units, num_units)  # by index
             return walk_over(ids, n_cand, jnp.bool_(False), GPU_MILLI + 1)(walk)[0]
 
-        slots = min(cfg.walk_slots, num_jobs)
-        if slots == num_jobs:
+        slots = min(cfg.walk_slots, num_units)
+        if slots == num_units:
             return walk_all(walk), running0, queued0
-        # In ``walk_slots`` slots (a sort of all J jobs is most of a round's time when J is
+        # In ``walk_slots`` slots (a sort of all U units is most of a round's time when U is
         # large): every candidate when they fit, else the running candidates and the queued
         # ones of highest priority (top_k: ties to the lower index, as the order), as many as
         # fit. The walk over them is the walk over all candidates up to the last queued one
         # listed; past it, only if it has settled (``_walk_order``): else the round is walked
         # again over every candidate.
-        running_cand, queued_cand = cand & running0, cand & ~running0
+        running_cand = cand & (running0[unit_job] if per_model else running0)
+        queued_cand = cand & ~running_cand
         n_running = running_cand.sum(dtype=jnp.int32)
         n_queued = n_cand - n_running
 
         def every_candidate(_):  # by index, as walk_over needs them; none left out
-            return nonzero_indices(cand, slots, num_jobs), n_cand, jnp.bool_(False), jnp.int32(GPU_MILLI + 1)
+            return nonzero_indices(cand, slots, num_units), n_cand, jnp.bool_(False), jnp.int32(GPU_MILLI + 1)
 
         def running_and_best(_):
-            runs = nonzero_indices(running_cand, slots, num_jobs)
-            best = jax.lax.top_k(jnp.where(queued_cand, priority + 0.0, -INF), slots)[1].astype(jnp.int32)
+            runs = nonzero_indices(running_cand, slots, num_units)
+            best = jax.lax.top_k(jnp.where(queued_cand, flat + 0.0, -INF), slots)[1].astype(jnp.int32)
             take = jnp.clip(slots - n_running, 0, n_queued)
             i = jnp.arange(slots)
             ids = jnp.sort(jnp.where(i < n_running, runs, jnp.where(  # by index
-                i - n_running < take, best[jnp.clip(i - n_running, 0, slots - 1)], num_jobs)))
+                i - n_running < take, best[jnp.clip(i - n_running, 0, slots - 1)], num_units)))
             rest = queued_cand.at[ids].set(False, mode="drop")  # the queued candidates left out
-            rest_ask = jnp.where(rest, jobs.gpu_milli, GPU_MILLI + 1).min().astype(jnp.int32)
+            unit_milli = jobs.gpu_milli[unit_job] if per_model else jobs.gpu_milli
+            rest_ask = jnp.where(rest, unit_milli, GPU_MILLI + 1).min().astype(jnp.int32)
             return ids, n_running + take, rest.any(), rest_ask
 
         ids, n_listed, left_out, rest_ask = jax.lax.cond(n_cand <= slots, every_candidate, running_and_best, None)
@@ -246,10 +285,11 @@ class RoundsMixin:
         walk = jax.lax.cond(settled & (n_running <= slots), lambda w: listed, walk_all, walk)
         return walk, running0, queued0
 
-    def _walk_order(self, key, walk: Walk, state: SimState, params: EnvParams, order, running0, n_listed,
-                    left_out, rest_ask):
-        """The walk of the round decision over ``order`` ([L] job ids: n_listed candidates in
-        priority order, then padding J) -> (walk, settled).
+    def _walk_order(self, key, walk: Walk, state: SimState, params: EnvParams, order, num_models: int, running0,
+                    n_listed, left_out, rest_ask):
+        """The walk of the round decision over ``order`` ([L] unit ids: n_listed candidates in
+        priority order, then padding U = J * num_models; unit u is job u // num_models, on
+        model u % num_models's nodes only when num_models > 1) -> (walk, settled).
 
         left_out: some queued candidates are not listed; they all come after the last queued
         one listed (position q). The walk then takes the turns up to q only, and is
@@ -257,20 +297,21 @@ class RoundsMixin:
         running and no later candidate, listed or left out (``rest_ask``: the smallest
         milli-GPU they ask), fits the free GPUs. Without left_out it is the whole walk."""
         cfg, jobs = self.config, state.jobs
-        num_slots = order.shape[0]
+        num_jobs, num_slots = jobs.num_jobs, order.shape[0]
         positions = jnp.arange(num_slots, dtype=jnp.int32)
         is_cand = positions < n_listed
+        job_at = order // num_models if num_models > 1 else order  # [L] job ids (padding: J)
         # The positions of the candidates running now, ascending ([k], num_slots pads): only
         # they can be released in thought (a job placed in this walk comes before the rest).
         k = min(cfg.running_capacity, num_slots)
-        running_at = is_cand & running0.at[order].get(mode="fill", fill_value=False)
+        running_at = is_cand & running0.at[job_at].get(mode="fill", fill_value=False)
         run_pos = nonzero_indices(running_at, k, num_slots)
-        run_ids = order.at[run_pos].get(mode="fill", fill_value=jobs.num_jobs)  # [k] job ids
+        run_ids = job_at.at[run_pos].get(mode="fill", fill_value=num_jobs)  # [k] job ids
         queued_at = is_cand & ~running_at
         last_queued = jnp.where(queued_at.any(), num_slots - 1 - jnp.argmax(queued_at[::-1]), -1)
         last_turn = jnp.where(left_out, last_queued, num_slots)
         # The smallest milli-GPU asked from each position on ([L + 1]; a CPU-only job asks 0).
-        asked = jnp.where(is_cand, jobs.gpu_milli.at[order].get(mode="fill", fill_value=0), GPU_MILLI + 1)
+        asked = jnp.where(is_cand, jobs.gpu_milli.at[job_at].get(mode="fill", fill_value=0), GPU_MILLI + 1)
         asked_from = jnp.minimum(jax.lax.cummin(jnp.append(asked, GPU_MILLI + 1), reverse=True), rest_ask)
 
         def stops(p, walk):
@@ -282,15 +323,18 @@ class RoundsMixin:
                 walk.num_running >= cfg.running_capacity)
             return none_left & nothing_fits
 
-        # Each position's request ([L] each), to skip the turns that cannot change anything: a
-        # turn that changes nothing leaves the walk as it was, and a later turn has no more to
-        # give back (fewer running jobs after it), so a later job asking exactly the same cannot
-        # fit either, until a turn places a job.
-        request = self._request(jobs, jnp.minimum(order, jobs.num_jobs - 1))  # (padding: never a turn)
+        # Each position's request ([L] each; its model mask narrowed to the unit's model), to
+        # skip the turns that cannot change anything: a turn that changes nothing leaves the
+        # walk as it was, and a later turn has no more to give back (fewer running jobs after
+        # it), so a later unit asking exactly the same cannot fit either, until a turn places
+        # a job.
+        request = self._request(jobs, jnp.minimum(job_at, num_jobs - 1))  # (padding: never a turn)
+        if num_models > 1:
+            request = (*request[:4], request[4] & jnp.left_shift(jnp.int32(1), order % num_models))
 
         def next_turn(p, walk, futile):
-            """The first position >= p whose candidate is queued now and not ``futile`` (num_slots: none)."""
-            want = (positions >= p) & is_cand & ~futile & ~walk.running.at[order].get(mode="fill", fill_value=True)
+            """The first position >= p whose job is queued now and not ``futile`` (num_slots: none)."""
+            want = (positions >= p) & is_cand & ~futile & ~walk.running.at[job_at].get(mode="fill", fill_value=True)
             return jnp.where(want.any(), jnp.argmax(want), num_slots).astype(jnp.int32)
 
         def going(carry):
@@ -299,9 +343,9 @@ class RoundsMixin:
 
         def turn(carry):  # one queued candidate per turn (running ones keep theirs)
             p, walk, futile = carry
-            j = order[p]
             place = walk.num_running < cfg.running_capacity
-            walk, placed = self._place_preempting(key, walk, state, params, run_pos, run_ids, p, j, place)
+            walk, placed = self._place_preempting(key, walk, state, params, run_pos, run_ids, p, job_at[p],
+                                                  request[4][p], place)
             same = (positions > p) & jnp.stack([x == x[p] for x in request]).all(0)
             futile = jnp.where(placed, False, futile | same)
             return next_turn(p + 1, walk, futile), walk, futile
@@ -311,8 +355,9 @@ class RoundsMixin:
         return walk, ~left_out | stops(last_queued + 1, walk)
 
     def _place_preempting(self, key, walk: Walk, state: SimState, params: EnvParams, run_pos, run_ids, p, j,
-                          place):
-        """Queued job j (position p of the order) when ``place`` -> (walk, placed): first-fit, after giving back
+                          model_mask, place):
+        """Queued job j (position p of the order; on the models of ``model_mask`` only) when
+        ``place`` -> (walk, placed): first-fit, after giving back
         in thought the running jobs after it in the order (``run_pos`` [k]: the positions of
         the candidates running at the round's start, ascending, then padding; ``run_ids``
         their jobs), the last first, until it fits; those whose resources it then took are
@@ -324,10 +369,10 @@ class RoundsMixin:
         alive = (run_pos > p) & walk.running.at[run_ids].get(mode="fill", fill_value=False)  # [k]
         top = jnp.where(alive.any(), alive.shape[0] - 1 - jnp.argmax(alive[::-1]), -1).astype(jnp.int32)
         all_back = self._take_all(walk, jobs, params, at(jnp.arange(run_ids.shape[0])), alive, 1)
-        fits_all = self._fit_row_free(all_back, jobs, cluster, j).any()
+        fits_all = self._fit_row_free(all_back, jobs, cluster, j, model_mask).any()
 
         def placing(walk):  # (it fits once every entry in ``alive`` is given back)
-            fits0 = self._fit_row_free(walk, jobs, cluster, j).any()
+            fits0 = self._fit_row_free(walk, jobs, cluster, j, model_mask).any()
 
             def releasing(c):
                 i, _, _, fits = c
@@ -338,12 +383,13 @@ class RoundsMixin:
                 v = at(i)
                 go = w.running[v]  # not preempted earlier in this round
                 w = self._give_back(w, jobs, params, v, go)
-                return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j).any()
+                return i - 1, w, released.at[i].set(go), self._fit_row_free(w, jobs, cluster, j, model_mask).any()
 
             last, freed, released, _ = jax.lax.while_loop(
                 releasing, release, (top, walk, jnp.zeros(run_pos.shape[0], bool), fits0))
-            fit_row = self._fit_row_free(freed, jobs, cluster, j)
-            placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), jnp.bool_(True))
+            fit_row = self._fit_row_free(freed, jobs, cluster, j, model_mask)
+            placed = self._place_first_fit(key, freed, state, params, j, jnp.argmax(fit_row), jnp.bool_(True),
+                                           model_mask)
 
             def settle(i, w):  # in priority order: take back what is still free, else preempt
                 v = at(i)
@@ -362,23 +408,25 @@ class RoundsMixin:
         placed = place & fits_all
         return jax.lax.cond(placed, placing, lambda w: w, walk), placed
 
-    def _fit_row_free(self, walk: Walk, jobs: Jobs, cluster, j):
-        """[N] bool: job j fits each node (as the anchor, for a gang) with the walk's free
-        resources (no reservation with rounds)."""
+    def _fit_row_free(self, walk: Walk, jobs: Jobs, cluster, j, model_mask):
+        """[N] bool: job j, allowed the models of ``model_mask``, fits each node (as the
+        anchor, for a gang) with the walk's free resources (no reservation with rounds)."""
         max_free, whole_free = resources.node_summary(walk.free_milli)
-        return gangs.fits(cluster, walk.free_cpu, walk.free_mem, max_free, whole_free, *self._request(jobs, j),
-                          self.config.max_span)
+        return gangs.fits(cluster, walk.free_cpu, walk.free_mem, max_free, whole_free, *self._request(jobs, j)[:4],
+                          model_mask, self.config.max_span)
 
-    def _place_first_fit(self, key, walk: Walk, state: SimState, params: EnvParams, j, n, active) -> Walk:
+    def _place_first_fit(self, key, walk: Walk, state: SimState, params: EnvParams, j, n, active,
+                         model_mask) -> Walk:
         """Job j takes node n (the lowest-index node it fits) when ``active``: its GPUs by the
-        GPU rule, or, a gang that cannot run on n alone, its parts by the gang rule."""
+        GPU rule, or, a gang that cannot run on n alone, its parts by the gang rule, on nodes
+        of the models of ``model_mask``."""
         cfg, jobs, cluster = self.config, state.jobs, params.cluster
         free_milli, free_cpu, free_mem = walk.free_milli, walk.free_cpu, walk.free_mem
         k = jobs.num_gpu[j]
         is_gang = jnp.bool_(False)
         if cfg.gangs:
             cap = gangs.caps(cluster, free_cpu, free_mem, resources.node_summary(free_milli)[1], k,
-                             jobs.cpu_milli[j], jobs.mem_mib[j], jobs.model_mask[j])
+                             jobs.cpu_milli[j], jobs.mem_mib[j], model_mask)
             part_node, part_gpus = gangs.parts(cap, n, k, state.node_rank, cfg.max_span, cfg.gang_rule)
             is_gang = (k >= 2) & (cap[n] < k)
         alone = active & ~is_gang
@@ -499,6 +547,7 @@ class RoundsMixin:
 
         # Segments: the preempted close now, the started begin now (after their restart cost).
         closing, started = walk.preempted, walk.started
+        seg_model = params.cluster.gpu_model[jnp.maximum(state.node, 0)]  # [J] the closing segments' model
         gpus = job_gpus(jobs)
         restart_closed = jnp.where(
             closing, gpus * jnp.minimum(self._segment_cost_s(state), t - seg.seg_start_s), 0.0)
@@ -518,6 +567,9 @@ class RoundsMixin:
             run_from_s=stopped(seg.run_from_s, run_from),
             seg_speed=jnp.where(started, walk.speed, seg.seg_speed),
             attained_s=jnp.where(closing, seg.attained_s + (t - seg.seg_start_s), seg.attained_s),
+            attained_model_s=seg.attained_model_s.at[jnp.arange(num_jobs), seg_model].set(jnp.where(
+                closing, seg.attained_model_s[jnp.arange(num_jobs), seg_model] + (t - seg.seg_start_s),
+                seg.attained_model_s[jnp.arange(num_jobs), seg_model])),
             preemptions=preemptions,
             restart_gpu_s=seg.restart_gpu_s + ordered_sum(restart_closed),
             waiting_since_s=jnp.where(started, INF, jnp.where(closing, t, seg.waiting_since_s)),
