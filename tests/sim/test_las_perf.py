@@ -8,6 +8,8 @@ throughput, within the GPUs."""
 
 from __future__ import annotations
 
+import functools
+
 import hypothesis as hyp
 import jax
 import jax.numpy as jnp
@@ -78,24 +80,36 @@ def pair_priority_np():
     return p
 
 
-def run_callables_both(cluster, jobs, settings, env_policy, ref_policy, seed=0, max_steps=300):
+@functools.lru_cache(maxsize=None)
+def jitted_rollout(settings: tuple, env_policy, max_steps: int):
+    """A jitted rollout of ``env_policy(policy_params, state) -> priority`` with the round
+    settings ``settings`` (cached: one compile per policy, its params an argument)."""
+    env = tp.round_env(dict(settings))
+    policy = lambda policy_params, state, key: env_policy(policy_params, state)  # noqa: E731
+    return env, jax.jit(lambda pp, p, j, k: rollout(env, policy, pp, p, j, k, max_steps))
+
+
+def run_callables_both(cluster, jobs, settings, env_policy, policy_params, ref_policy, seed=0, max_steps=300):
     """(final env state, reference results) of one episode under round policies given as
-    callables: ``env_policy(state) -> priority`` (jitted) and ``ref_policy(sim)``."""
-    env = tp.round_env(settings)
+    callables: ``env_policy(policy_params, state) -> priority`` (jitted) and ``ref_policy(sim)``."""
+    env, run = jitted_rollout(tuple(sorted(settings.items())), env_policy, max_steps)
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
-    run = jax.jit(lambda p, j, k: rollout(env, lambda _, s, key: env_policy(s), None, p, j, k, max_steps))
-    state, _ = run(params, jax.tree.map(lambda x: jnp.asarray(x)[None], jobs), jax.random.key(seed)[None])
+    state, _ = run(jnp.asarray(policy_params), params, jax.tree.map(lambda x: jnp.asarray(x)[None], jobs),
+                   jax.random.key(seed)[None])
     state = jax.tree.map(lambda x: x[0], state)
     ref_out = reference.run(cluster, jobs, FRAG_CLASSES, reference.RefConfig.like(env.config),
                             round_policy=ref_policy, max_steps=max_steps, node_rank=np.asarray(state.node_rank))
     return state, ref_out
 
 
+def fixed_priority(priority, state):
+    return priority
+
+
 def run_pairs_both():
     jobs = jobs_from_numpy([0, 0, 50], [300, 300, 100], [1, 1, 1], [1000] * 3, [1000] * 3, [1024] * 3,
                            pad_to=PAD_JOBS)
-    fixed = jnp.asarray(pair_priority_np())
-    return run_callables_both(two_models(), jobs, {"round_s": 100.0}, lambda state: fixed,
+    return run_callables_both(two_models(), jobs, {"round_s": 100.0}, fixed_priority, pair_priority_np(),
                               lambda sim: pair_priority_np(), max_steps=50)
 
 
@@ -130,24 +144,26 @@ def model_preferences(draw):
                      np.float32).reshape(PAD_JOBS, M)
 
 
+PREFERENCE_SCALE = np.float32(1000)
+
+
+def preferred_least_served(prefs, state):
+    return prefs * PREFERENCE_SCALE - round_policies.attained_now(state)[1][:, None]
+
+
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), prefs=model_preferences(), seed=st.integers(0, 2**31 - 1))
 def test_per_model_priorities_match_reference(cluster, jobs, prefs, seed):
     """The walk over (job, model) pairs, gangs on, few slots: priority[j, m] = preference[j, m]
     * 1000 - attained_gpu_s (the least served first, on the models each prefers; a job held
     on its running model is preempted)."""
-    scale = np.float32(1000)
-
-    def env_policy(state):
-        return jnp.asarray(prefs) * scale - round_policies.attained_now(state)[1][:, None]
-
     def ref_policy(sim):
         gpu_s = np.array([sim.attained_now(j)[1] for j in range(sim.J)], np.float32)
-        return prefs * scale - gpu_s[:, None]
+        return prefs * PREFERENCE_SCALE - gpu_s[:, None]
 
     settings = {"round_s": 30.0, "restart_overhead_s": (5.0, 20.0), "restart_above_gpus": (2,), "max_span": 3,
                 "walk_slots": 6}
-    state, ref_out = run_callables_both(cluster, jobs, settings, env_policy, ref_policy, seed)
+    state, ref_out = run_callables_both(cluster, jobs, settings, preferred_least_served, prefs, ref_policy, seed)
     for field in ("outcome", "node", "gpu_bits", "start_s", "end_s", "span_node", "span_bits"):
         np.testing.assert_array_equal(np.asarray(getattr(state, field)), ref_out[field], err_msg=field)
     np.testing.assert_array_equal(np.asarray(state.segments.preemptions), ref_out["preemptions"])
