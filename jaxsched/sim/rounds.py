@@ -104,10 +104,12 @@ def attained_by_model_now(state: SimState, cluster):
     seg, t = state.segments, state.core.time_s
     open_ = jnp.isfinite(seg.seg_start_s)
     held_s = jnp.where(open_, jnp.minimum(state.end_s, t) - seg.seg_start_s, 0.0)
-    model = cluster.gpu_model[jnp.maximum(state.node, 0)]
-    rows = jnp.arange(state.jobs.num_jobs)
-    return seg.attained_model_s.at[rows, model].set(
-        jnp.where(open_, seg.attained_model_s[rows, model] + held_s, seg.attained_model_s[rows, model]))
+    return seg.attained_model_s.at[jnp.arange(state.jobs.num_jobs), anchor_model(state, cluster)].add(held_s)
+
+
+def anchor_model(state: SimState, cluster):
+    """[J] int32 the GPU model id of each job's (last) anchor node (read for jobs that ran)."""
+    return cluster.gpu_model[jnp.maximum(state.node, 0)]
 
 
 def remaining_now(state: SimState):
@@ -210,7 +212,7 @@ class RoundsMixin:
         flat = priority.reshape(-1)  # [U]
         listed = flat > -jnp.inf     # not NaN or -inf
         if per_model:
-            run_model = params.cluster.gpu_model[jnp.maximum(state.node, 0)]  # [J] (read for running jobs)
+            run_model = anchor_model(state, params.cluster)  # [J] (read for running jobs)
             unit_job = jnp.repeat(jnp.arange(num_jobs, dtype=jnp.int32), num_models)
             own = jnp.tile(jnp.arange(num_models, dtype=jnp.int32), num_jobs) == run_model[unit_job]
             cand = (queued0[unit_job] | (running0[unit_job] & own)) & listed
@@ -547,7 +549,6 @@ class RoundsMixin:
 
         # Segments: the preempted close now, the started begin now (after their restart cost).
         closing, started = walk.preempted, walk.started
-        seg_model = params.cluster.gpu_model[jnp.maximum(state.node, 0)]  # [J] the closing segments' model
         gpus = job_gpus(jobs)
         restart_closed = jnp.where(
             closing, gpus * jnp.minimum(self._segment_cost_s(state), t - seg.seg_start_s), 0.0)
@@ -567,9 +568,8 @@ class RoundsMixin:
             run_from_s=stopped(seg.run_from_s, run_from),
             seg_speed=jnp.where(started, walk.speed, seg.seg_speed),
             attained_s=jnp.where(closing, seg.attained_s + (t - seg.seg_start_s), seg.attained_s),
-            attained_model_s=seg.attained_model_s.at[jnp.arange(num_jobs), seg_model].set(jnp.where(
-                closing, seg.attained_model_s[jnp.arange(num_jobs), seg_model] + (t - seg.seg_start_s),
-                seg.attained_model_s[jnp.arange(num_jobs), seg_model])),
+            attained_model_s=seg.attained_model_s.at[jnp.arange(num_jobs), anchor_model(state, params.cluster)].add(
+                jnp.where(closing, t - seg.seg_start_s, 0.0)),  # (the closing segments' model)
             preemptions=preemptions,
             restart_gpu_s=seg.restart_gpu_s + ordered_sum(restart_closed),
             waiting_since_s=jnp.where(started, INF, jnp.where(closing, t, seg.waiting_since_s)),
