@@ -122,7 +122,8 @@ def gavel_episodes(config: cfg_lib.Config, nodes: cl.NodeTable):
     keys = episode_keys(config.eval.seed, config.eval.episodes, stream=0)
     drawn = jax.device_get(jax.vmap(lambda k: gavel.generate(k, w.gavel))(keys))
     per_episode = [gavel.to_jobs(jax.tree.map(lambda x: x[e], drawn), throughputs, gavel.MODELS,
-                                 gpus_per_node=int(nodes.num_gpus.max()), max_span=config.env.max_span)
+                                 gpus_per_node=int(nodes.num_gpus.max()), max_span=config.env.max_span,
+                                 gang_speed=w.gavel.gang_speed)
                    for e in range(config.eval.episodes)]
     return jax.tree.map(lambda *x: np.stack(x), *per_episode), throughputs
 

@@ -64,10 +64,12 @@ class RefConfig:
     track_frag: bool = True  # off: frag_node stays 0 (like EnvConfig.track_frag)
     # Gang jobs (semantics.md, "Gang jobs"): a job of k >= 2 whole GPUs may span up to
     # max_span nodes (1: never), its nodes chosen by gang_rule; on more than one node it
-    # runs at spread_penalty times its speed.
+    # runs at spread_penalty times its speed; with gang_one_model its nodes are all of its
+    # anchor's GPU model.
     max_span: int = 1
     gang_rule: str = "consolidate"  # "consolidate" | "spread"
     spread_penalty: float = 1.0
+    gang_one_model: bool = False
     # Preemption and rounds (semantics.md, "Preemption and rounds"): a round every round_s
     # seconds (0: none, decisions are event-driven as before), where a round policy's
     # priorities decide which jobs run; a job restarting after a preemption first pays
@@ -425,7 +427,8 @@ class ReferenceSim:
             return []
         if cap[n] >= k:
             return [(n, k)]
-        others = sorted((i for i in range(self.N) if i != n and cap[i] > 0),
+        others = sorted((i for i in range(self.N) if i != n and cap[i] > 0
+                         and (not self.config.gang_one_model or self.gpu_model[i] == self.gpu_model[n])),
                         key=lambda i: (-cap[i], self.node_rank[i]))
         nodes = [n] + others[: self.config.max_span - 1]
         taken = dict.fromkeys(nodes, 0)

@@ -6,7 +6,14 @@ cost, as Gavel's simulator charges none); on request ``las-perf``, Gavel's
 heterogeneity-aware LAS (the same rounds; a linear program per round and episode, solved on
 the host, its episodes on one device).
 
-Each point (workload, scheduler, rate) runs ``--seeds`` streams as one vmapped batch through
+Gavel's simulator's rules (``--rules gavel``, the default, as configs/gavel.toml has them): a
+job of s GPUs runs at its throughput on one server of s GPUs although Gavel's servers hold one
+GPU each (``workload.gavel.gang_speed = "consolidated"``), and on one GPU type
+(``env.gang_one_model``). ``--rules physical``: at Gavel's measured spread-over-servers
+throughput, a gang free to mix GPU types (then at its slowest GPU's speed). Single-GPU jobs
+run the same under both.
+
+Each point (rules, workload, scheduler, rate) runs ``--seeds`` streams as one vmapped batch through
 ``evaluate.run_scheduler`` (the rollout of every scheduler): episode i is stream i of
 ``eval.seed`` 0, with ``warmup_jobs`` 4000 and ``measured_jobs`` 1000, so the episode ends when
 jobs 4000-4999 have all left and its ``jct_mean`` is their mean JCT. ``--extra-jobs`` more jobs
@@ -18,10 +25,10 @@ backfilling) jobs behind the measured ones cannot delay their start, so running 
 matters to ``las`` only.
 
 Writes, under ``--out`` (results/gavel):
-  table.csv     workload, scheduler, rate_per_h, jct_mean_h (mean over seeds), jct_ci_h (95%
+  table.csv     rules, workload, scheduler, rate_per_h, jct_mean_h (mean over seeds), jct_ci_h (95%
                 half-width, normal approximation as ``report.summarize``), seeds, p5_h, p95_h (5th and 95th percentile of the
                 per-seed values), ran_out (seeds), wall_s (the point's run time)
-  per_seed.csv  one row per seed: jct_h, measured_finished, done, ended_after_arrivals (measured
+  per_seed.csv  one row per seed (rules, workload, scheduler, rate_per_h, seed): jct_h, measured_finished, done, ended_after_arrivals (measured
                 jobs that ended after the last arrival), ran_out (one did), dropped
   jct_vs_rate.png  JCT against rate, one panel per workload (Figure 8), with Gavel's
                 printed seed-0 numbers at 4.0 jobs/h as stars
@@ -56,16 +63,33 @@ RATES = {"single": tuple(np.round(np.arange(0.4, 6.01, 0.4), 2)),
          "multi": tuple(np.round(np.arange(0.2, 2.81, 0.2), 2))}
 WARMUP_JOBS, MEASURED_JOBS = 4000, 1000  # Gavel's measurement window: jobs 4000-4999
 ROUND_S = 360.0                          # Gavel's time_per_iteration
-# Gavel's printed mean JCT (hours), single-GPU jobs at 4.0 jobs/h, seed 0.
-GAVEL_PRINTED = {("single", "fifo", 4.0): 25.38, ("single", "las", 4.0): 23.49}
+# Gavel's printed mean JCT (hours) of jobs 4000-4999, seed 0, from its notebooks
+# (scheduler/notebooks/figures/evaluation/continuous_jobs.ipynb and
+# continuous_jobs_multigpu.ipynb, Gavel's code of 2020, commit 2d8e076), for the policies
+# jaxsched has: FIFO (fifo), LAS (max_min_fairness) and Gavel-LAS (max_min_fairness_perf,
+# jaxsched's las-perf). {(workload, scheduler): {rate: hours}}; a missing rate was not printed.
+GAVEL_PRINTED = {
+    ("single", "fifo"): {0.4: 17.58, 2.0: 18.32, 3.2: 22.21, 4.0: 25.38, 4.4: 44.28, 4.8: 99.19, 5.2: 151.67},
+    ("single", "las"): {0.4: 23.26, 2.0: 23.47, 3.2: 23.59, 4.0: 23.49, 4.4: 23.81, 4.8: 35.79, 5.2: 63.78,
+                        5.6: 95.99},
+    ("single", "las-perf"): {0.4: 17.58, 2.0: 16.95, 3.2: 16.08, 4.0: 16.82, 4.4: 17.48, 4.8: 18.97,
+                             5.2: 22.02, 5.6: 28.96, 6.0: 41.23},
+    ("multi", "fifo"): {0.2: 18.56, 1.0: 19.92, 1.6: 30.82, 2.0: 37.56, 2.4: 129.27, 2.6: 304.76, 2.8: 414.68},
+    ("multi", "las"): {0.2: 25.93, 1.0: 26.10, 1.6: 26.51, 2.0: 28.91, 2.4: 38.71, 2.6: 70.54, 2.8: 169.93},
+    ("multi", "las-perf"): {0.2: 18.55, 1.0: 18.54, 1.6: 19.12, 2.0: 21.90, 2.4: 30.03, 2.6: 36.44, 2.8: 55.78},
+}
+GAVEL_COMMIT = "2d8e076"
 Y_MAX_H = 150.0  # the plot's JCT axis, as Figure 8 cuts it off near saturation
-TABLE_COLUMNS = ["workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
+# The gang rules: Gavel's simulator's (configs/gavel.toml) or the physical variant.
+RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.gang_one_model=false")}
+TABLE_COLUMNS = ["rules", "workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
                  "p5_h", "p95_h", "ran_out", "wall_s"]
 
 
 def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs: int,
-                 warmup_jobs: int = WARMUP_JOBS, measured_jobs: int = MEASURED_JOBS) -> cfg_lib.Config:
-    """configs/gavel.toml at ``rate`` jobs/h, single- or multi-GPU jobs, Gavel's measurement
+                 warmup_jobs: int = WARMUP_JOBS, measured_jobs: int = MEASURED_JOBS,
+                 rules: str = "gavel") -> cfg_lib.Config:
+    """configs/gavel.toml under ``rules`` (``RULES``) at ``rate`` jobs/h, single- or multi-GPU jobs, Gavel's measurement
     window, ``seeds`` episodes in one batch, rounds of ``ROUND_S`` with no restart cost (read
     by round policies only). The running set holds one job more than the cluster has GPUs:
     every Gavel job takes at least one whole GPU, so the set is never full (a full set would
@@ -78,7 +102,7 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
     span_rounds = num_jobs / min(rate, *RATES[workload]) * 3600.0 / ROUND_S
     gpus = sum(count * per_node for _, count, per_node in cfg_lib.load(CONFIG).cluster.node_groups)
     return cfg_lib.load(CONFIG, [
-        f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
+        *RULES[rules], f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
         f"workload.gavel.multi_gpu={'true' if workload == 'multi' else 'false'}",
         f"env.warmup_jobs={warmup_jobs}", f"env.measured_jobs={measured_jobs}",
         f"env.queue_capacity={num_jobs}", f"env.running_capacity={gpus + 1}",
@@ -89,10 +113,10 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
 
 
 def run_point(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs: int,
-              **window) -> tuple[pd.DataFrame, list]:
+              rules: str = "gavel", **window) -> tuple[pd.DataFrame, list]:
     """One point: (per-seed frame, the run's warnings). jct_h is NaN for a seed that did not
     finish every measured job (step cap)."""
-    config = point_config(workload, scheduler, rate, seeds, extra_jobs, **window)
+    config = point_config(workload, scheduler, rate, seeds, extra_jobs, rules=rules, **window)
     nodes = experiment.build_nodes(config)
     ep = experiment.episodes(config, nodes)
     frame, records = evaluate.run_scheduler(scheduler, config, ep.params, ep.jobs, ep.env_keys, ep.max_steps)
@@ -102,7 +126,7 @@ def run_point(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs
     end = np.asarray(records["end_s"])[:, lo:lo + config.env.measured_jobs]
     complete = (frame["done"].to_numpy() == 1) & (frame["measured_finished"].to_numpy() == end.shape[1])
     out = pd.DataFrame({
-        "workload": workload, "scheduler": scheduler, "rate_per_h": rate, "seed": np.arange(seeds),
+        "rules": rules, "workload": workload, "scheduler": scheduler, "rate_per_h": rate, "seed": np.arange(seeds),
         "jct_h": np.where(complete, frame["jct_mean"].to_numpy() / 3600.0, np.nan),
         "measured_finished": frame["measured_finished"].to_numpy(), "done": frame["done"].to_numpy(),
         "ended_after_arrivals": (end > last_arrival[:, None]).sum(axis=1),
@@ -114,7 +138,7 @@ def run_point(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs
 def summarize(per_seed: pd.DataFrame, wall_s: float) -> dict:
     """One table row from a point's per-seed frame: mean and 95% half-width as
     ``report.summarize`` gives them (normal approximation; seeds cut at the step cap left out)."""
-    key = ["workload", "scheduler", "rate_per_h"]
+    key = ["rules", "workload", "scheduler", "rate_per_h"]
     stats = report.summarize(per_seed[[*key, "jct_h", "done"]], by=key).iloc[0]
     ok = per_seed["jct_h"].dropna().to_numpy()
     return {**{k: stats[k] for k in key}, "jct_mean_h": stats["jct_h"], "jct_ci_h": stats["jct_h_ci95"],
@@ -130,17 +154,20 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, workload in zip(axes, WORKLOADS):
         for sched, colour in COLOURS.items():
-            rows = table[(table.workload == workload) & (table.scheduler == sched)].sort_values("rate_per_h")
-            if len(rows):
-                ax.errorbar(rows.rate_per_h, rows.jct_mean_h, yerr=rows.jct_ci_h, marker="o", ms=3,
-                            capsize=2, color=colour, label=f"jaxsched {sched}")
-            for (w, s, rate), value in GAVEL_PRINTED.items():
-                if w == workload and s == sched:
-                    ax.plot([rate], [value], "*", ms=12, color=colour, markeredgecolor="k",
-                            label=f"Gavel {sched} (seed 0)")
+            for rules, style in (("gavel", "-"), ("physical", ":")):
+                rows = table[(table.rules == rules) & (table.workload == workload)
+                             & (table.scheduler == sched)].sort_values("rate_per_h")
+                if len(rows) and not (rules == "physical" and workload == "single"):  # (the same jobs)
+                    ax.errorbar(rows.rate_per_h, rows.jct_mean_h, yerr=rows.jct_ci_h, marker="o", ms=3,
+                                capsize=2, color=colour, ls=style, alpha=1.0 if rules == "gavel" else 0.5,
+                                label=f"jaxsched {sched}" + (" (physical)" if rules == "physical" else ""))
+            printed = GAVEL_PRINTED.get((workload, sched), {})
+            if printed:
+                ax.plot(list(printed), list(printed.values()), "*--", ms=10, lw=0.8, color=colour,
+                        markeredgecolor="k", label=f"Gavel {sched} (printed)")
         ax.set_title(f"continuous-{workload}")
         ax.set_xlabel("input job rate (jobs/hour)")
         ax.set_ylabel("average JCT (hours)")
@@ -161,6 +188,8 @@ def main(argv=None) -> int:
     configure_cpu()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=(*WORKLOADS, "both"), default="both")
+    parser.add_argument("--rules", choices=tuple(RULES), default="gavel",
+                        help="gang speed and typing: Gavel's simulator's (default) or the physical variant")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help="comma-separated: fifo,las (default), las-perf")
     parser.add_argument("--rates", help="comma-separated jobs/h (default: Gavel's range per workload)")
@@ -182,7 +211,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     table_path, seeds_path = out / "table.csv", out / "per_seed.csv"
     table, per_seed = read_csv(table_path, TABLE_COLUMNS), read_csv(seeds_path, [])
-    done = set(zip(table.workload, table.scheduler, table.rate_per_h.astype(float).round(2)))
+    done = set(zip(table.rules, table.workload, table.scheduler, table.rate_per_h.astype(float).round(2)))
 
     start = time.perf_counter()
     for workload in workloads:
@@ -190,17 +219,17 @@ def main(argv=None) -> int:
         rates = rates[:2] if args.quick else rates
         for sched in schedulers:
             for rate in rates:
-                if (workload, sched, round(rate, 2)) in done:
-                    print(f"{workload} {sched} {rate:.2f}/h: in {table_path}, skipped", flush=True)
+                if (args.rules, workload, sched, round(rate, 2)) in done:
+                    print(f"{args.rules} {workload} {sched} {rate:.2f}/h: in {table_path}, skipped", flush=True)
                     continue
                 t0 = time.perf_counter()
-                frame, warnings = run_point(workload, sched, rate, seeds, extra, **window)
+                frame, warnings = run_point(workload, sched, rate, seeds, extra, rules=args.rules, **window)
                 row = summarize(frame, time.perf_counter() - t0)
                 table = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
                 per_seed = pd.concat([per_seed, frame], ignore_index=True)
                 table.to_csv(table_path, index=False)   # after every point: resumable
                 per_seed.to_csv(seeds_path, index=False)
-                print(f"{workload} {sched} {rate:.2f}/h: JCT {row['jct_mean_h']:.2f} h "
+                print(f"{args.rules} {workload} {sched} {rate:.2f}/h: JCT {row['jct_mean_h']:.2f} h "
                       f"± {row['jct_ci_h']:.2f} ({row['seeds']} seeds, p5-p95 {row['p5_h']:.2f}-"
                       f"{row['p95_h']:.2f}), ran out {row['ran_out']}, {row['wall_s']:.0f} s", flush=True)
                 for line in warnings:

@@ -101,6 +101,8 @@ class EnvConfig:
       node and pass: the most nodes).
     spread_penalty: a gang on more than one node runs at this times its speed (1.0: none;
       Blox uses 0.6-0.9 by model).
+    gang_one_model: a gang takes nodes of its anchor's GPU model only (Gavel gives a job one
+      worker type); false (default): it may mix models and runs at its slowest GPU's speed.
     round_s: seconds between scheduling rounds (0: none, decisions are the event-driven flat
       actions). Above 0 jobs run in segments and may be preempted: at each round a round
       policy's priorities decide which jobs run (``ClusterEnv.step_round``; docs/semantics.md,
@@ -145,6 +147,7 @@ class EnvConfig:
     max_span: int = 1
     gang_rule: str = "consolidate"
     spread_penalty: float = 1.0
+    gang_one_model: bool = False
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
@@ -211,6 +214,8 @@ class EnvConfig:
             bad("gang_rule", f"must be one of {GANG_RULES}")
         if not (0 < self.spread_penalty and np.isfinite(self.spread_penalty)):
             bad("spread_penalty", "must be a finite number > 0 (1.0: spanning nodes costs nothing)")
+        if not isinstance(self.gang_one_model, bool):
+            bad("gang_one_model", "must be true or false")
         self._check_rounds(bad)
 
     def _check_rounds(self, bad):

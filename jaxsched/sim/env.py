@@ -98,7 +98,7 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         else:
             unschedulable = ~gangs.fits(
                 cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu, jobs.gpu_milli,
-                jobs.cpu_milli, jobs.mem_mib, jobs.model_mask, cfg.max_span).any(-1)
+                jobs.cpu_milli, jobs.mem_mib, jobs.model_mask, cfg.max_span, one_model=cfg.gang_one_model).any(-1)
         if cfg.tie_break == "permutation":
             node_rank = jax.random.permutation(key, cluster.num_nodes).astype(jnp.int32)
         else:

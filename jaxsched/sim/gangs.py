@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxsched.cluster import MODEL_NAMES
 from jaxsched.sim import resources
 from jaxsched.sim.when_due import when_due
 from jaxsched.types import GPU_MILLI, MAX_GPUS_PER_NODE, Cluster, Core, Jobs
@@ -44,16 +45,18 @@ def caps(cluster: Cluster, free_cpu, free_mem, whole_free, num_gpu, cpu_milli, m
 
 
 def fits(cluster: Cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli, cpu_milli,
-         mem_mib, model_mask, span: int, closed=False):
+         mem_mib, model_mask, span: int, closed=False, one_model: bool = False):
     """[..., N] bool: ``resources.fits`` with gangs of up to ``span`` nodes: a job of k >= 2
     whole GPUs fits node n when n can be its anchor (``anchor_fits``, capacity net of the
-    ``closed`` [..., N] nodes); other jobs as ``resources.fits`` says."""
+    ``closed`` [..., N] nodes; with ``one_model``, of the nodes of n's GPU model only:
+    ``anchor_fits_one_model``); other jobs as ``resources.fits`` says."""
     alone = resources.fits(cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli,
                            cpu_milli, mem_mib, model_mask)
     if span == 1:
         return alone
     cap = caps(cluster, free_cpu, free_mem, whole_free, num_gpu, cpu_milli, mem_mib, model_mask, closed)
-    return jnp.where((jnp.asarray(num_gpu) >= 2)[..., None], anchor_fits(cap, num_gpu, span), alone)
+    as_gang = anchor_fits_one_model(cluster, cap, num_gpu, span) if one_model else anchor_fits(cap, num_gpu, span)
+    return jnp.where((jnp.asarray(num_gpu) >= 2)[..., None], as_gang, alone)
 
 
 def _top_sums(cap, span: int):
@@ -71,6 +74,21 @@ def anchor_fits(cap, num_gpu, span: int):
     num_gpu [...]."""
     top_s, top_s1 = _top_sums(cap, span)
     return (cap >= 1) & (jnp.minimum(cap + top_s1, top_s) >= jnp.asarray(num_gpu)[..., None])
+
+
+def anchor_fits_one_model(cluster: Cluster, cap, num_gpu, span: int):
+    """[..., N] bool: ``anchor_fits`` with the gang held to nodes of its anchor's GPU model
+    (``EnvConfig.gang_one_model``, as Gavel gives a job one worker type): the test on the caps
+    of each model's nodes alone ([..., M, N], M = every model id), read at each node's model."""
+    on = cluster.gpu_model[None, :] == jnp.arange(len(MODEL_NAMES))[:, None]  # [M, N]
+    ok = anchor_fits(jnp.where(on, jnp.asarray(cap)[..., None, :], 0), jnp.asarray(num_gpu)[..., None], span)
+    return (ok & on).any(-2)
+
+
+def same_model_caps(cluster: Cluster, cap, anchor):
+    """[N] int32: ``cap`` (one job's) with the nodes of another GPU model than ``anchor``'s
+    at 0: the candidates of a gang held to one model (``EnvConfig.gang_one_model``)."""
+    return jnp.where(cluster.gpu_model == cluster.gpu_model[anchor], cap, 0)
 
 
 def parts(cap, anchor, num_gpu, node_rank, span: int, rule: str):
@@ -123,6 +141,8 @@ class GangMixin:
             closed = self._closed(core, j, jnp.arange(cluster.num_nodes))
             cap = caps(cluster, core.free_cpu, core.free_mem, core.whole_free, k, jobs.cpu_milli[j],
                        jobs.mem_mib[j], jobs.model_mask[j], closed)
+            if self.config.gang_one_model:
+                cap = same_model_caps(cluster, cap, n)
             node, gpus = parts(cap, n, k, node_rank, span, self.config.gang_rule)
             return cap[n] < k, node, gpus
 

@@ -36,7 +36,8 @@ class NodeStateMixin:
             def as_gang():
                 closed = self._closed(core, j[..., None], jnp.arange(cluster.num_nodes))
                 fit = gangs.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
-                                 *self._request(jobs, j), self.config.max_span, closed)
+                                 *self._request(jobs, j), self.config.max_span, closed,
+                                 one_model=self.config.gang_one_model)
                 return fit if n is None else fit[..., n]
 
             if j.ndim == 0:  # one job: its gang tests only if it could be a gang

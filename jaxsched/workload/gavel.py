@@ -77,6 +77,7 @@ SCALE_FACTOR_PROBS = (0.7, 0.1, 0.15, 0.05)  # with multi-GPU jobs on
 LONG_PROB = 0.2          # share of long jobs
 LONG_EXPONENT = (3.0, 4.0)   # duration = 60 × 10^U(lo, hi) seconds
 SHORT_EXPONENT = (1.5, 3.0)
+GANG_SPEEDS = ("spread", "consolidated")  # GavelConfig.gang_speed
 
 # Gavel's 26 job types (its scheduler/job_table.py), in the order of simulation_throughputs.json,
 # and whether each runs distributed (scale factor 2, 4, 8): all but A3C, Recommendation, CycleGAN.
@@ -267,12 +268,18 @@ class GavelConfig:
     multi_gpu      draw scale factors 1/2/4/8 (else every job has one GPU)
     distributed    per job type, whether it runs on more than one GPU (``DISTRIBUTED``, or
                    ``Throughputs.distributed`` of a loaded table); its length is the number of types
+    gang_speed     the speed of a job larger than a server (``to_jobs``): "spread" (default,
+                   Gavel's measured throughput spread over servers, the ``*_unconsolidated``
+                   keys) or "consolidated" (its throughput on one server of that many GPUs,
+                   which Gavel's simulator gives it whatever its servers: it reads only the
+                   ``"null"`` entries of the consolidated keys)
     """
 
     jobs_per_hour: float
     num_jobs: int = 1000
     multi_gpu: bool = False
     distributed: tuple = DISTRIBUTED
+    gang_speed: str = "spread"
 
     def __post_init__(self):
         if isinstance(self.distributed, (list, np.ndarray)):
@@ -296,6 +303,8 @@ class GavelConfig:
             raise bad("distributed", f"must be a non-empty tuple of booleans (one per job type), got {d!r}")
         if self.multi_gpu and not any(d):
             raise bad("distributed", "multi_gpu needs at least one distributed job type")
+        if self.gang_speed not in GANG_SPEEDS:
+            raise bad("gang_speed", f"must be one of {GANG_SPEEDS}, got {self.gang_speed!r}")
         return self
 
 
@@ -420,7 +429,7 @@ def type_speeds(throughputs: Throughputs, models: dict = MODELS) -> dict:
 
 def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_node: int,
             max_span: int = 1, cpu_milli_per_gpu: int = 0, mem_mib_per_gpu: int = 0,
-            pad_to: int | None = None) -> Jobs:
+            pad_to: int | None = None, gang_speed: str = "spread") -> Jobs:
     """The env's ``Jobs`` (numpy) of Gavel jobs on a cluster of ``gpus_per_node``-GPU servers
     built with ``type_speeds(throughputs, models)``: ``num_gpus`` whole GPUs, ``work_s`` as
     drawn (seconds on V100s), CPU and memory per GPU as given (Gavel models GPUs only: default
@@ -429,7 +438,9 @@ def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_no
     larger than a server always spans servers (a gang, ``env.max_span`` > 1), so it runs at
     Gavel's speed spread over servers (``spread_speed``), and the env's ``spread_penalty``
     should be 1.0 (else it multiplies a measured factor). A job that fits one server runs at
-    its speed there.
+    its speed there. With ``gang_speed`` "consolidated" every job takes its one-server row
+    (``spread`` False), as Gavel's simulator runs a job of s GPUs at its throughput on one
+    server of s GPUs whatever servers hold it (``GavelConfig.gang_speed``).
 
     ``DataError`` (field ``num_gpus`` or ``job_type``, naming the first job and how many): a
     job needing more than ``gpus_per_node * max_span`` GPUs, a job type outside the table, a
@@ -449,7 +460,9 @@ def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_no
     if too_big.any():
         refuse("num_gpus", too_big, f"need more than the {gpus_per_node * max_span} GPUs of {max_span} "
                f"server(s) of {gpus_per_node} (max_span: the most servers a job may span)")
-    row = type_row(kind, num_gpus, spread=num_gpus > gpus_per_node)
+    if gang_speed not in GANG_SPEEDS:
+        raise DataError("gavel jobs", None, "gang_speed", f"must be one of {GANG_SPEEDS}, got {gang_speed!r}")
+    row = type_row(kind, num_gpus, spread=(num_gpus > gpus_per_node) & (gang_speed == "spread"))
     outside = (kind < 0) | (kind >= len(throughputs.job_types)) | (row < 0)
     if outside.any():
         refuse("job_type", outside, f"have a job type outside 0..{len(throughputs.job_types) - 1} "

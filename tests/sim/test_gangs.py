@@ -148,11 +148,46 @@ def test_anchor_fits_when_the_anchor_and_the_best_others_hold_the_job(k, span, f
     np.testing.assert_array_equal(got, np.asarray(fits, bool))
 
 
+# ----- one GPU model per gang (gang_one_model) --------------------------------------------
+# n0 V100 x 4, n1 K80 x 4, n2 V100 x 2; first-fit, max_span 3, consolidate, identity ranks.
+MIXED = cl.to_cluster(cl.NodeTable(
+    names=("n0", "n1", "n2"), model=np.asarray([cl.model_id("V100"), cl.model_id("K80"), cl.model_id("V100")], np.int32),
+    num_gpus=np.asarray([4, 4, 2], np.int32), cpu_milli=np.full(3, 8000, np.int32),
+    mem_mib=np.full(3, 32768, np.int32)), type_speeds={"V100": [1.0], "K80": [0.5]})
+MIXED_JOBS = jobs_from_numpy(arrival_s=[0, 1], work_s=[100, 100], num_gpu=[6, 8], gpu_milli=[1000, 1000],
+                             cpu_milli=[0, 0], mem_mib=[0, 0])
+
+
+@pytest.mark.parametrize("one_model, node, span_node, end_s, failed", [
+    # mixed: j0 takes n0's 4 V100s and 2 of n1's K80s (the other node of most capacity) and
+    # runs at the K80's 0.5: ends 200; j1 (8 GPUs) fits the empty cluster (4 + 4 + 2), waits
+    # for j0 and then takes n0 and n1 (4 + 4), at 0.5: 200 + 200 = 400.
+    (False, [0, 0], [[1, -1], [1, -1]], [200.0, 400.0], False),
+    # one model: j0 takes n0 and n2 (the V100s), at 1.0: ends 100; j1 fits no model's nodes
+    # (6 V100s, 4 K80s): it fails at arrival.
+    (True, [0, -1], [[2, -1], [-1, -1]], [100.0, np.inf], True),
+])
+def test_one_model_per_gang_keeps_a_gang_on_its_anchors_model(one_model, node, span_node, end_s, failed):
+    settings = {"max_span": 3, "gang_one_model": one_model, "gpu_rule": "first-fit"}
+    env = ClusterEnv(EnvConfig(tie_break="identity", **settings))
+    params = to_device(EnvParams(MIXED, FRAG_CLASSES))
+    jobs = jax.tree.map(lambda x: np.asarray(x)[None], MIXED_JOBS)
+    state, m = rollout(env, get("first-fit").policy, None, params, to_device(jobs), jax.random.key(0)[None], 20)
+    ref = reference.run(MIXED, MIXED_JOBS, FRAG_CLASSES, reference.RefConfig(**settings), "first-fit")
+    for got in ({f: np.asarray(getattr(state, f))[0] for f in ("node", "span_node", "end_s")}, ref):
+        np.testing.assert_array_equal(got["node"], node)
+        np.testing.assert_array_equal(got["span_node"], span_node)
+        np.testing.assert_array_equal(got["end_s"], end_s)
+    assert int(np.asarray(m["failed"])[0]) == ref["metrics"]["failed"] == int(failed)
+
+
 # ----- both simulators on random gang workloads, job by job ---------------------------------
 GANG_SIZES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # on nodes of 0-8 GPUs: many jobs span nodes
 GANG_CASES = [  # (policy, {env settings}); the registry's env config for the rest
     pytest.param("first-fit", {"max_span": 2}, id="first-fit"),
     pytest.param("consolidate", {"max_span": 3, "reserve_after_s": 10.0}, id="consolidate"),
+    pytest.param("first-fit", {"max_span": 3, "gang_one_model": True, "reserve_after_s": 10.0},
+                 id="first-fit-one-model"),
     extended("best-fit", {"max_span": 3, "gang_rule": "spread", "spread_penalty": 0.7, "reserve_after_s": 10.0},
              id="best-fit"),
     extended("spread", {"max_span": 4, "spread_penalty": 0.8, "backfill": False}, id="spread"),

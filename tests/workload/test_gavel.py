@@ -242,6 +242,7 @@ def test_scale_factors_and_job_types(multi):
     ({"distributed": ()}, "distributed"),
     ({"distributed": (1, 0)}, "distributed"),
     ({"distributed": (False, False), "multi_gpu": True}, "distributed"),
+    ({"gang_speed": "unconsolidated"}, "gang_speed"),
 ])
 def test_bad_config_is_named(changes, field):
     cfg = G.GavelConfig(**{"jobs_per_hour": 1.0, **changes})
@@ -297,6 +298,23 @@ def test_jobs_larger_than_a_server_span_servers_at_gavels_spread_speed(tmp_path)
     on_two = G.to_jobs(drawn([0, 0, 1], [1, 2, 1]), tp, G.MODELS, gpus_per_node=2)
     assert on_two.job_type.tolist() == [G.type_row(0, 1), G.type_row(0, 2), G.type_row(1, 1)]
     assert on_two.model_mask[1] == C.model_mask(["P100", "V100"])  # 0 on the K80 at 2 GPUs either way
+
+
+def test_consolidated_gang_speed_runs_a_gang_at_its_one_server_throughput(tmp_path):
+    """Gavel's simulator reads only the consolidated throughputs: with ``gang_speed``
+    "consolidated" the 2-GPU job of type A on one-GPU servers takes A's one-server row (1.0 on
+    the V100, 8/16 on the P100; the K80's 0 keeps it off), not its spread one; a bad mode is
+    named."""
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    jobs = G.to_jobs(drawn([0, 0, 1], [1, 2, 1]), tp, G.MODELS, gpus_per_node=1, max_span=2,
+                     gang_speed="consolidated")
+    assert jobs.job_type.tolist() == [G.type_row(0, 1), G.type_row(0, 2), G.type_row(1, 1)]
+    assert jobs.model_mask[1] == C.model_mask(["P100", "V100"])
+    speeds = G.type_speeds(tp, G.MODELS)
+    assert speeds["V100"][jobs.job_type[1]] == 1.0 and speeds["P100"][jobs.job_type[1]] == 8 / 16
+    with pytest.raises(DataError, match="must be one of") as e:
+        G.to_jobs(drawn([0], [1]), tp, G.MODELS, gpus_per_node=1, gang_speed="fast")
+    assert_names(e.value, "gavel jobs", None, "gang_speed")
 
 
 @pytest.mark.parametrize("kwargs, job, field, problem", [
@@ -409,6 +427,7 @@ def test_fifo_runs_gavels_multi_gpu_workload_end_to_end_spanning_servers(gavel_j
     ("workload.gavel.jobs_per_hour=0.0", "jobs_per_hour", "finite number > 0"),
     ("workload.gavel.distributed=[false, false]", "distributed", "needs at least one distributed job type"),
     ("env.spread_penalty=0.8", "env.spread_penalty", "must be 1.0"),
+    ('workload.gavel.gang_speed="fast"', "gang_speed", "must be one of"),
     ('workload.throughputs="nowhere/throughputs.json"', None, "not found"),
 ])
 def test_bad_gavel_workload_settings_are_named(override, field, problem):
@@ -465,7 +484,9 @@ def test_the_preset_draws_gavels_workload_on_gavels_cluster(gavel_json):
     jobs = jax.tree.map(np.asarray, eps.jobs)
     np.testing.assert_array_equal(jobs.num_gpu[1], drawn.num_gpus)
     np.testing.assert_array_equal(jobs.arrival_s[1], drawn.arrival_s)
-    np.testing.assert_array_equal(jobs.job_type[1], G.type_row(drawn.job_type, drawn.num_gpus, drawn.num_gpus > 1))
+    # Gavel's rules: a gang at its consolidated throughput, on one GPU type
+    assert config.workload.gavel.gang_speed == "consolidated" and config.env.gang_one_model
+    np.testing.assert_array_equal(jobs.job_type[1], G.type_row(drawn.job_type, drawn.num_gpus))
     speed = np.asarray(eps.params.cluster.type_speed)
     assert speed.shape == (108, 26 * 8)
     r18 = G.type_row(tp.job_types.index("ResNet-18 (batch size 256)"), 1)
