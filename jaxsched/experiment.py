@@ -53,10 +53,15 @@ def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
 def build_cluster(config: cfg_lib.Config, nodes: cl.NodeTable):
     """The ``Cluster`` (numpy) of ``nodes``: the default per-model speeds, or for
     ``workload.source = "gavel"`` Gavel's per-job-type speeds (``gavel.type_speeds`` of
-    ``workload.throughputs``)."""
+    ``workload.throughputs``; with ``workload.gavel.agnostic_speed`` each job type's mean over
+    the cluster's GPU models, weighted by their GPUs)."""
     if config.workload.source == "gavel":
         throughputs = gavel.load_throughputs(paths.resolve_data_path(config.workload.throughputs))
-        return cl.to_cluster(nodes, type_speeds=gavel.type_speeds(throughputs, gavel.MODELS))
+        gpus = None
+        if config.workload.gavel.agnostic_speed:
+            names = [cl.MODEL_NAMES[m] for m in nodes.model]
+            gpus = {m: int(sum(g for n, g in zip(names, nodes.num_gpus) if n == m)) for m in set(names)}
+        return cl.to_cluster(nodes, type_speeds=gavel.type_speeds(throughputs, gavel.MODELS, gpus))
     return cl.to_cluster(nodes)
 
 

@@ -11,7 +11,10 @@ job of s GPUs runs at its throughput on one server of s GPUs although Gavel's se
 GPU each (``workload.gavel.gang_speed = "consolidated"``), and on one GPU type
 (``env.gang_one_model``). ``--rules physical``: at Gavel's measured spread-over-servers
 throughput, a gang free to mix GPU types (then at its slowest GPU's speed). Single-GPU jobs
-run the same under both.
+run the same under both. Under Gavel's rules ``las``, Gavel's heterogeneity-agnostic LAS,
+runs each job at its mean speed over the GPU types (``workload.gavel.agnostic_speed``): Gavel's
+round shuffles the order of the GPU types every round, so a job's type is drawn afresh each
+round; under the physical rules ``las`` places first-fit, the V100s first.
 
 Each point (rules, workload, scheduler, rate) runs ``--seeds`` streams as one vmapped batch through
 ``evaluate.run_scheduler`` (the rollout of every scheduler): episode i is stream i of
@@ -82,6 +85,9 @@ GAVEL_COMMIT = "2d8e076"
 Y_MAX_H = 150.0  # the plot's JCT axis, as Figure 8 cuts it off near saturation
 # The gang rules: Gavel's simulator's (configs/gavel.toml) or the physical variant.
 RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.gang_one_model=false")}
+# Under Gavel's rules, its heterogeneity-agnostic policies: the round shuffles the GPU types'
+# order every round, so a job's time spreads over the types (workload.gavel.agnostic_speed).
+AGNOSTIC = ("las",)
 TABLE_COLUMNS = ["rules", "workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
                  "p5_h", "p95_h", "ran_out", "wall_s"]
 
@@ -101,8 +107,9 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
     num_jobs = warmup_jobs + measured_jobs + extra_jobs
     span_rounds = num_jobs / min(rate, *RATES[workload]) * 3600.0 / ROUND_S
     gpus = sum(count * per_node for _, count, per_node in cfg_lib.load(CONFIG).cluster.node_groups)
+    agnostic = ("workload.gavel.agnostic_speed=true",) if rules == "gavel" and scheduler in AGNOSTIC else ()
     return cfg_lib.load(CONFIG, [
-        *RULES[rules], f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
+        *RULES[rules], *agnostic, f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
         f"workload.gavel.multi_gpu={'true' if workload == 'multi' else 'false'}",
         f"env.warmup_jobs={warmup_jobs}", f"env.measured_jobs={measured_jobs}",
         f"env.queue_capacity={num_jobs}", f"env.running_capacity={gpus + 1}",

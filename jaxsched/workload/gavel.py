@@ -273,6 +273,12 @@ class GavelConfig:
                    keys) or "consolidated" (its throughput on one server of that many GPUs,
                    which Gavel's simulator gives it whatever its servers: it reads only the
                    ``"null"`` entries of the consolidated keys)
+    agnostic_speed every GPU type runs a job at the job's mean speed over the cluster's GPU
+                   types (``type_speeds(..., gpus=...)``): the speed a job gets from Gavel's
+                   heterogeneity-agnostic policies (LAS, FTF), whose round shuffles the order
+                   of the GPU types every round, so each running job's type is drawn afresh
+                   each round and its time spreads over the types in proportion to their GPUs
+                   (docs/workloads.md, "Gavel"). Default false: each type at its own speed.
     """
 
     jobs_per_hour: float
@@ -280,6 +286,7 @@ class GavelConfig:
     multi_gpu: bool = False
     distributed: tuple = DISTRIBUTED
     gang_speed: str = "spread"
+    agnostic_speed: bool = False
 
     def __post_init__(self):
         if isinstance(self.distributed, (list, np.ndarray)):
@@ -303,6 +310,8 @@ class GavelConfig:
             raise bad("distributed", f"must be a non-empty tuple of booleans (one per job type), got {d!r}")
         if self.multi_gpu and not any(d):
             raise bad("distributed", "multi_gpu needs at least one distributed job type")
+        if not isinstance(self.agnostic_speed, (bool, np.bool_)):
+            raise bad("agnostic_speed", f"must be true or false, got {self.agnostic_speed!r}")
         if self.gang_speed not in GANG_SPEEDS:
             raise bad("gang_speed", f"must be one of {GANG_SPEEDS}, got {self.gang_speed!r}")
         return self
@@ -416,15 +425,26 @@ def _measured_speeds(throughputs: Throughputs, models: dict) -> dict:
     return out
 
 
-def type_speeds(throughputs: Throughputs, models: dict = MODELS) -> dict:
+def type_speeds(throughputs: Throughputs, models: dict = MODELS, gpus: dict | None = None) -> dict:
     """``cluster.to_cluster``'s ``type_speeds``: {cluster model: [8T] speeds}, row ``type_row(t,
     s, spread)`` = type t's throughput at scale factor s on that GPU over the V100's on one
     server, on one server (``speed(s)``) or spread over servers (``spread_speed``). ``models``
     maps Gavel GPU types onto cluster models. Where a row cannot run (0) or was not measured
     (NaN) the entry is ``PLACEHOLDER_SPEED``, never used: ``to_jobs`` keeps a job off models
-    where its row is 0 and refuses unmeasured rows."""
+    where its row is 0 and refuses unmeasured rows.
+
+    ``gpus`` ({cluster model: GPUs in the cluster}, ``GavelConfig.agnostic_speed``): every
+    model instead gets each row's mean speed over the models, weighted by their GPUs, over the
+    models where the row runs (speed > 0): the expected speed of a job whose time is spread
+    over the GPU types in proportion to their GPUs."""
     speeds = _measured_speeds(throughputs, models)
-    return {m: np.where(np.isfinite(v) & (v > 0), v, PLACEHOLDER_SPEED) for m, v in speeds.items()}
+    runs = {m: np.isfinite(v) & (v > 0) for m, v in speeds.items()}
+    if gpus is not None:
+        weight = {m: float(gpus.get(m, 0)) * runs[m] for m in speeds}
+        total = sum(weight.values())
+        mean = sum(weight[m] * np.where(runs[m], speeds[m], 0.0) for m in speeds) / np.where(total > 0, total, 1.0)
+        return {m: np.where(runs[m], mean, PLACEHOLDER_SPEED) for m in speeds}
+    return {m: np.where(runs[m], v, PLACEHOLDER_SPEED) for m, v in speeds.items()}
 
 
 def to_jobs(jobs: GavelJobs, throughputs: Throughputs, models: dict, gpus_per_node: int,

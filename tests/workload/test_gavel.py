@@ -243,6 +243,7 @@ def test_scale_factors_and_job_types(multi):
     ({"distributed": (1, 0)}, "distributed"),
     ({"distributed": (False, False), "multi_gpu": True}, "distributed"),
     ({"gang_speed": "unconsolidated"}, "gang_speed"),
+    ({"agnostic_speed": "yes"}, "agnostic_speed"),
 ])
 def test_bad_config_is_named(changes, field):
     cfg = G.GavelConfig(**{"jobs_per_hour": 1.0, **changes})
@@ -315,6 +316,22 @@ def test_consolidated_gang_speed_runs_a_gang_at_its_one_server_throughput(tmp_pa
     with pytest.raises(DataError, match="must be one of") as e:
         G.to_jobs(drawn([0], [1]), tp, G.MODELS, gpus_per_node=1, gang_speed="fast")
     assert_names(e.value, "gavel jobs", None, "gang_speed")
+
+
+def test_agnostic_speeds_are_each_types_mean_over_the_gpus_where_it_runs(tmp_path):
+    """Gavel's agnostic policies spread a job's time over the GPU types in proportion to their
+    GPUs: with 2 V100s, 1 P100 and 1 K80 type A on one GPU runs at (2 x 1.0 + 0.5 + 0.2) / 4
+    on every type, B at (2 x 1.0 + 1.5 + 0.25) / 4; A on 2 GPUs (0 on the K80, which its mask
+    keeps it off) at (2 x 1.0 + 0.5) / 3 on the V100 and P100."""
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    mean = G.type_speeds(tp, G.MODELS, gpus={"V100": 2, "P100": 1, "K80": 1})
+    for model in ("V100", "P100", "K80"):
+        assert mean[model][G.type_row(0, 1)] == pytest.approx(2.7 / 4)
+        assert mean[model][G.type_row(1, 1)] == pytest.approx(3.75 / 4)
+    assert mean["V100"][G.type_row(0, 2)] == mean["P100"][G.type_row(0, 2)] == pytest.approx(2.5 / 3)
+    assert mean["K80"][G.type_row(0, 2)] == G.PLACEHOLDER_SPEED
+    alone = G.type_speeds(tp, G.MODELS)
+    assert alone["K80"][G.type_row(0, 1)] == pytest.approx(0.2)  # without gpus: each type its own
 
 
 @pytest.mark.parametrize("kwargs, job, field, problem", [
@@ -491,6 +508,10 @@ def test_the_preset_draws_gavels_workload_on_gavels_cluster(gavel_json):
     assert speed.shape == (108, 26 * 8)
     r18 = G.type_row(tp.job_types.index("ResNet-18 (batch size 256)"), 1)
     assert speed[[0, 36, 72], r18] == pytest.approx(tp.speed(1)[tp.job_types.index("ResNet-18 (batch size 256)"), ::-1])
+    config = preset("eval.episodes=1", "workload.gavel.agnostic_speed=true", throughputs=gavel_json)
+    mean = np.asarray(experiment.build_cluster(config, nodes).type_speed)
+    r18_speeds = tp.speed(1)[tp.job_types.index("ResNet-18 (batch size 256)")]
+    assert mean[[0, 36, 72], r18] == pytest.approx(np.full(3, r18_speeds.mean()))  # 36 of each type
 
 
 def test_a_load_sweep_scales_the_rate_to_the_nominal_load():
