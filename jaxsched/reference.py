@@ -349,6 +349,7 @@ class ReferenceSim:
         self.attained_s = [np.float32(0)] * self.J  # wall seconds held, closed segments
         self.attained_model_s = [[np.float32(0)] * len(MODEL_NAMES) for _ in range(self.J)]  # ... by anchor model
         self.preemptions = [0] * self.J
+        self.policy_model = [-1] * self.J  # a round policy's memory (semantics.md, "Policy memory")
         self.restart_gpu_s = 0.0  # GPU-seconds of the restart costs of closed segments
 
         self.decisions = 0
@@ -716,19 +717,28 @@ class ReferenceSim:
         """Decide the round due now (semantics.md, "Preemption and rounds"): ``priority`` is
         a float per job ([J]) or per (job, GPU model id) ([J, M]; read for queued and running
         jobs only), higher runs first, ties to the lower job index (then model); NaN or -inf
-        holds a job (a pair) back (a running one is preempted). No-op once the episode is done."""
+        holds a job (a pair) back (a running one is preempted). ``priority`` may be a pair
+        (priority, policy_model): ``policy_model`` (J model ids, -1: none) is then kept for the
+        policy's next rounds (``self.policy_model``). No-op once the episode is done."""
         if not self._rounds():
             raise ValueError("step_round needs RefConfig.round_s > 0")
         if self.done:
             return
         if not self.round_due:
             raise ValueError("no round is due now")
+        memory = None
+        if isinstance(priority, tuple):
+            priority, memory = priority
+            if len(memory) != self.J:
+                raise ValueError(f"policy_model has {len(memory)} entries; the episode has {self.J} jobs")
         priority = np.asarray(priority, np.float32)
         if priority.ndim not in (1, 2) or priority.shape[0] != self.J:
             raise ValueError(f"priority has shape {priority.shape}; the episode has {self.J} jobs: "
                              f"give [{self.J}] or [{self.J}, models]")
         self.decisions += 1
         self._allocate_round(priority)
+        if memory is not None:
+            self.policy_model = [int(m) for m in memory]
         self.round_due = False
         self._advance()
 
@@ -1744,6 +1754,74 @@ def _las_perf_priority(sim: ReferenceSim) -> np.ndarray:
     return priority
 
 
+def _model_workers(sim: ReferenceSim) -> list:
+    """GPUs of each GPU model id in the cluster (valid nodes)."""
+    workers = [0] * len(MODEL_NAMES)
+    for n in range(sim.N):
+        if sim.node_valid[n]:
+            workers[sim.gpu_model[n]] += len(sim.gpus_of[n])
+    return workers
+
+
+def _gavel_draw(job: int, count: int) -> int:
+    """Gavel's ``rng.randrange(count)`` for a job, as the fixed hash both simulators use."""
+    return ((job * 2654435761) % 2**32 >> 16) % count
+
+
+def _gavel_fifo_allocate(sim: ReferenceSim, alloc: list) -> list:
+    """Gavel's FIFO allocation, base mode (semantics.md, "Gavel's FIFO, read for gavel-fifo"):
+    the allocation ``alloc`` (a model id per job, -1: none) after this round's call."""
+    alloc = list(alloc)
+    workers = _model_workers(sim)
+    in_system = set(_in_system(sim))
+    runs_on = lambda j, m: workers[m] > 0 and _model_allowed(sim.jobs[j].model_mask, m)  # noqa: E731
+    queue = [j for j in sorted(in_system) if alloc[j] < 0 and sim.jobs[j].num_gpu > 0]
+    avail = list(workers)
+    for j in [j for j in range(sim.J) if alloc[j] >= 0]:  # by index
+        m = alloc[j]
+        if j in in_system:
+            avail[m] -= sim.jobs[j].num_gpu
+            continue
+        if queue and sim.jobs[queue[0]].num_gpu <= avail[m] and runs_on(queue[0], m):
+            head = queue.pop(0)
+            alloc[head] = m
+            avail[m] -= sim.jobs[head].num_gpu
+        alloc[j] = -1  # finished: forgotten
+    names = sorted((MODEL_NAMES[m].lower(), m) for m in range(len(MODEL_NAMES)) if avail[m] > 0)
+    listed = [m for _, m in names]
+    while queue and listed:
+        j = queue.pop(0)
+        size = sim.jobs[j].num_gpu
+        room = [i for i, m in enumerate(listed) if avail[m] >= size]
+        if not room:
+            break
+        drawn = _gavel_draw(j, len(room))
+        w = listed[-1]  # Gavel's loop variable, left over from listing the models with room
+        if runs_on(j, w):
+            alloc[j] = w
+            avail[w] -= size
+            if avail[w] == 0:
+                listed.pop(room[drawn])
+    return alloc
+
+
+def _gavel_fifo_priority(sim: ReferenceSim) -> tuple:
+    """gavel-fifo, Gavel's FIFO as its code runs: the allocation (``_gavel_fifo_allocate``)
+    and, per (job, GPU model id), 1 / (time received on the model + half a round) on the
+    job's allocated model, -inf elsewhere; CPU-only jobs as las with share 1 on every model.
+    -> ([J, M] float32, allocation)."""
+    alloc = _gavel_fifo_allocate(sim, sim.policy_model)
+    head_start = np.float32(sim.config.round_s / 2)
+    priority = np.full((sim.J, len(MODEL_NAMES)), -np.inf, np.float32)
+    for j in _in_system(sim):
+        if sim.jobs[j].num_gpu == 0:
+            priority[j] = np.float32(1) / np.float32(sim.attained_now(j)[0] + head_start)
+        elif alloc[j] >= 0:
+            m = alloc[j]
+            priority[j, m] = np.float32(1) / np.float32(sim.attained_by_model_now(j)[m] + head_start)
+    return priority, alloc
+
+
 def _las_gpu_priority(sim: ReferenceSim) -> list:
     """las-gpu, least attained GPU-time (continuous 2D-LAS): the fewest GPU-seconds held so
     far first (a job that has not run yet has 0). CPU-only jobs hold no GPU, so they always
@@ -1786,6 +1864,7 @@ def _qos_priority(sim: ReferenceSim) -> list:
 ROUND_POLICIES = {
     "las": _las_priority,
     "las-perf": _las_perf_priority,
+    "gavel-fifo": _gavel_fifo_priority,
     "las-gpu": _las_gpu_priority,
     "tiresias": _tiresias_priority,
     "srtf": _srtf_priority,

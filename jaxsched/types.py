@@ -274,6 +274,10 @@ class Segments:
                                +inf otherwise
     rewait_growth []  float32  the ``backlog_work_growth`` numerator of the waits after a
                                preemption that have ended (docs/semantics.md, "Metrics")
+    policy_model  [J] int32    a GPU model id a round policy keeps for each job from one
+                               round to the next (-1: none; Gavel's FIFO: the type it allocated
+                               the job), written only from a policy's ``(priority,
+                               policy_model)`` (docs/semantics.md, "Policy memory")
     """
 
     remaining_s: jax.Array
@@ -286,6 +290,7 @@ class Segments:
     restart_gpu_s: jax.Array
     waiting_since_s: jax.Array
     rewait_growth: jax.Array
+    policy_model: jax.Array
 
 
 @struct.dataclass

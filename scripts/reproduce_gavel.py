@@ -1,10 +1,12 @@
 """Reproduce Gavel's continuous experiments (Narayanan et al., OSDI '20, Figure 8): mean JCT
 of jobs 4000-4999 of one Poisson stream against the arrival rate, on Gavel's cluster of 36 V100
-+ 36 P100 + 36 K80 one-GPU servers (configs/gavel.toml), for ``fifo`` (event-driven,
-non-preemptive, strict arrival order) and ``las`` (rounds of 360 s, preemptive, no restart
-cost, as Gavel's simulator charges none); on request ``las-perf``, Gavel's
-heterogeneity-aware LAS (the same rounds; a linear program per round and episode, solved on
-the host, its episodes on one device).
++ 36 P100 + 36 K80 one-GPU servers (configs/gavel.toml), for ``gavel-fifo`` (Gavel's FIFO as
+its code runs: a GPU type per job, its jobs time-sharing it) and ``las`` (rounds of 360 s,
+preemptive, no restart cost, as Gavel's simulator charges none); on request ``fifo``
+(event-driven, non-preemptive, strict arrival order, a type drawn uniformly) and ``las-perf``,
+Gavel's heterogeneity-aware LAS (the same rounds; a linear program per round and episode,
+solved on the host, its episodes on one device). Gavel's printed curves (``GAVEL_PRINTED``)
+are drawn beside them and compared in ``vs_gavel.csv``.
 
 Gavel's simulator's rules (``--rules gavel``, the default, as configs/gavel.toml has them): a
 job of s GPUs runs at its throughput on one server of s GPUs although Gavel's servers hold one
@@ -34,7 +36,10 @@ Writes, under ``--out`` (results/gavel):
   per_seed.csv  one row per seed (rules, workload, scheduler, rate_per_h, seed): jct_h, measured_finished, done, ended_after_arrivals (measured
                 jobs that ended after the last arrival), ran_out (one did), dropped
   jct_vs_rate.png  JCT against rate, one panel per workload (Figure 8), with Gavel's
-                printed seed-0 numbers at 4.0 jobs/h as stars
+                printed curves (seed 0) as stars; the physical rules' multi-GPU rows dotted
+  vs_gavel.csv  every printed point jaxsched has run under Gavel's rules: workload,
+                scheduler, rate_per_h, gavel_h (printed), jct_mean_h, diff (jaxsched over
+                Gavel, - 1), p5_h, p95_h, within_10pct, printed_in_p5_p95
 
 Resumable: a point already in table.csv is skipped. Examples::
 
@@ -58,8 +63,8 @@ from jaxsched import evaluate, experiment, report
 from jaxsched.devices import configure_cpu
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gavel.toml"
-SCHEDULERS = ("fifo", "las")  # the default sweep; las-perf (Gavel's heterogeneity-aware LAS) on request
-COLOURS = {"fifo": "tab:blue", "las": "tab:orange", "las-perf": "tab:green"}
+SCHEDULERS = ("gavel-fifo", "las")  # the default sweep; fifo (strict) and las-perf (Gavel-LAS) on request
+COLOURS = {"gavel-fifo": "tab:blue", "fifo": "tab:purple", "las": "tab:orange", "las-perf": "tab:green"}
 WORKLOADS = ("single", "multi")
 # Gavel's sweep ranges (Figure 8's x axes), jobs per hour.
 RATES = {"single": tuple(np.round(np.arange(0.4, 6.01, 0.4), 2)),
@@ -69,15 +74,15 @@ ROUND_S = 360.0                          # Gavel's time_per_iteration
 # Gavel's printed mean JCT (hours) of jobs 4000-4999, seed 0, from its notebooks
 # (scheduler/notebooks/figures/evaluation/continuous_jobs.ipynb and
 # continuous_jobs_multigpu.ipynb, Gavel's code of 2020, commit 2d8e076), for the policies
-# jaxsched has: FIFO (fifo), LAS (max_min_fairness) and Gavel-LAS (max_min_fairness_perf,
-# jaxsched's las-perf). {(workload, scheduler): {rate: hours}}; a missing rate was not printed.
+# jaxsched has: FIFO (fifo, base mode: jaxsched's gavel-fifo), LAS (max_min_fairness) and
+# Gavel-LAS (max_min_fairness_perf, jaxsched's las-perf). {(workload, scheduler): {rate: hours}}; a missing rate was not printed.
 GAVEL_PRINTED = {
-    ("single", "fifo"): {0.4: 17.58, 2.0: 18.32, 3.2: 22.21, 4.0: 25.38, 4.4: 44.28, 4.8: 99.19, 5.2: 151.67},
+    ("single", "gavel-fifo"): {0.4: 17.58, 2.0: 18.32, 3.2: 22.21, 4.0: 25.38, 4.4: 44.28, 4.8: 99.19, 5.2: 151.67},
     ("single", "las"): {0.4: 23.26, 2.0: 23.47, 3.2: 23.59, 4.0: 23.49, 4.4: 23.81, 4.8: 35.79, 5.2: 63.78,
                         5.6: 95.99},
     ("single", "las-perf"): {0.4: 17.58, 2.0: 16.95, 3.2: 16.08, 4.0: 16.82, 4.4: 17.48, 4.8: 18.97,
                              5.2: 22.02, 5.6: 28.96, 6.0: 41.23},
-    ("multi", "fifo"): {0.2: 18.56, 1.0: 19.92, 1.6: 30.82, 2.0: 37.56, 2.4: 129.27, 2.6: 304.76, 2.8: 414.68},
+    ("multi", "gavel-fifo"): {0.2: 18.56, 1.0: 19.92, 1.6: 30.82, 2.0: 37.56, 2.4: 129.27, 2.6: 304.76, 2.8: 414.68},
     ("multi", "las"): {0.2: 25.93, 1.0: 26.10, 1.6: 26.51, 2.0: 28.91, 2.4: 38.71, 2.6: 70.54, 2.8: 169.93},
     ("multi", "las-perf"): {0.2: 18.55, 1.0: 18.54, 1.6: 19.12, 2.0: 21.90, 2.4: 30.03, 2.6: 36.44, 2.8: 55.78},
 }
@@ -187,6 +192,26 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def compare_printed(table: pd.DataFrame) -> pd.DataFrame:
+    """Every printed point of ``GAVEL_PRINTED`` that ``table`` has under Gavel's rules, beside
+    jaxsched's mean and its seeds' 5th-95th percentiles."""
+    rows = []
+    for (workload, sched), printed in GAVEL_PRINTED.items():
+        for rate, gavel_h in printed.items():
+            ours = table[(table.rules == "gavel") & (table.workload == workload) & (table.scheduler == sched)
+                         & (table.rate_per_h.astype(float).round(2) == rate)]
+            if not len(ours):
+                continue
+            row = ours.iloc[-1]
+            rows.append({"workload": workload, "scheduler": sched, "rate_per_h": rate, "gavel_h": gavel_h,
+                         "jct_mean_h": round(float(row.jct_mean_h), 2),
+                         "diff": round(float(row.jct_mean_h) / gavel_h - 1, 3),
+                         "p5_h": round(float(row.p5_h), 2), "p95_h": round(float(row.p95_h), 2),
+                         "within_10pct": abs(float(row.jct_mean_h) / gavel_h - 1) <= 0.10,
+                         "printed_in_p5_p95": float(row.p5_h) <= gavel_h <= float(row.p95_h)})
+    return pd.DataFrame(rows)
+
+
 def read_csv(path: Path, columns) -> pd.DataFrame:
     return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
 
@@ -198,7 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rules", choices=tuple(RULES), default="gavel",
                         help="gang speed and typing: Gavel's simulator's (default) or the physical variant")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
-                        help="comma-separated: fifo,las (default), las-perf")
+                        help="comma-separated: gavel-fifo,las (default), fifo, las-perf")
     parser.add_argument("--rates", help="comma-separated jobs/h (default: Gavel's range per workload)")
     parser.add_argument("--seeds", type=int, default=16, help="streams per point, run as one batch")
     parser.add_argument("--extra-jobs", type=int, default=3000,
@@ -245,7 +270,9 @@ def main(argv=None) -> int:
                     print(f"  WARNING: {row['ran_out']} seeds ran out of jobs before their measured jobs "
                           "finished: raise --extra-jobs", flush=True)
     plot(table, out / "jct_vs_rate.png")
-    print(f"{time.perf_counter() - start:.0f} s; wrote {table_path}, {seeds_path}, {out / 'jct_vs_rate.png'}")
+    compare_printed(table).to_csv(out / "vs_gavel.csv", index=False)
+    print(f"{time.perf_counter() - start:.0f} s; wrote {table_path}, {seeds_path}, {out / 'jct_vs_rate.png'}, "
+          f"{out / 'vs_gavel.csv'}")
     return 0
 
 

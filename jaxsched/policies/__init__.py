@@ -29,7 +29,7 @@ from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies import rounds
 from jaxsched.policies.reserving_packing import reserving_packing
-from jaxsched.policies.rounds import las, las_gpu, las_perf, priority, srtf, tiresias
+from jaxsched.policies.rounds import gavel_fifo, las, las_gpu, las_perf, priority, srtf, tiresias
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -138,6 +138,10 @@ REGISTRY = {
                   "round policy, Gavel's heterogeneity-aware LAS: max-min fairness over the "
                   "throughput matrix (an LP on the host), a priority per (job, GPU model); preempts, first-fit",
                   turns=None, round_policy=True),
+        Scheduler("gavel-fifo", gavel_fifo, "best-fit",
+                  "round policy, Gavel's FIFO as its code runs: a GPU type per job in arrival order "
+                  "(its FIFO's type rule, over-subscription included), the type's jobs time-share it "
+                  "by time received, in-round backfilling", turns=None, round_policy=True),
         Scheduler("las-gpu", las_gpu, "best-fit",
                   "round policy, least attained GPU-time first (Tiresias's continuous 2D-LAS); "
                   "preempts, first-fit", turns=None, round_policy=True),

@@ -15,10 +15,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxsched.cluster import MODEL_NAMES
 from jaxsched.max_min_lp import allocation_in_jit
+from jaxsched.sim.reduce import nonzero_indices
 from jaxsched.sim.rounds import attained_by_model_now, attained_now, mark_jobs, remaining_now
 from jaxsched.types import GPU_MILLI
 
@@ -166,6 +169,106 @@ def las_perf(params, state, key, env_params):
 
 las_perf.reads_env_params = True
 las_perf.calls_host = True  # (its LP: ``rollout.sharded_rollout`` keeps it on one device)
+
+
+# Gavel's GPU types in the order its FIFO lists them (sorted names: k80, p100, v100): model ids,
+# and each model id's place in that order.
+GAVEL_TYPE_ORDER = np.argsort([name.lower() for name in MODEL_NAMES], kind="stable").astype(np.int32)
+GAVEL_TYPE_RANK = np.argsort(GAVEL_TYPE_ORDER).astype(np.int32)
+
+
+def gavel_pick(job, count):
+    """Gavel's ``rng.randrange(count)`` for job ``job`` (an index), as a fixed hash of the index
+    that both simulators compute: ((job * 2654435761) mod 2^32) >> 16, mod count (count >= 1)."""
+    mixed = (jnp.asarray(job).astype(jnp.uint32) * jnp.uint32(2654435761)) >> 16
+    return (mixed % jnp.asarray(count).astype(jnp.uint32)).astype(jnp.int32)
+
+
+def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
+    """Gavel's FIFO allocation (``FIFOPolicy.get_allocation``, base mode, as its code runs;
+    docs/semantics.md, "Gavel's FIFO, read for gavel-fifo") -> the new allocation [J] int32.
+
+    alloc [J] int32 the GPU model id each job was allocated (-1: none), in_system [J] bool,
+    num_gpu [J] int32 (jobs of 0 GPUs are never allocated), runs_on [J, M] bool the job may
+    run on the model, workers [M] int32 the model's GPUs.
+    1. Walk the allocated jobs by index with avail = workers: a job still in the system takes
+       its GPUs from avail; a finished one hands its model to the head of the queue (the
+       unallocated GPU jobs in the system, by index) if the head fits avail there and runs on
+       it, and is forgotten.
+    2. The list: models with avail > 0, in Gavel's order (``GAVEL_TYPE_ORDER``). Each queued
+       job in turn, while the list is not empty: the list's models with avail >= its GPUs
+       (none: stop) and a draw i among them (``gavel_pick``); the job gets the list's *last*
+       model w (Gavel's leftover loop variable) if it runs there, avail[w] drops by its GPUs,
+       and when avail[w] reaches 0 exactly the i-th model with room leaves the list (not
+       necessarily w, which then stays, over-subscribed)."""
+    num_jobs, num_models = runs_on.shape
+    models = jnp.arange(num_models)
+    still = (alloc >= 0) & in_system
+    used = jnp.where((alloc[:, None] == models) & still[:, None], num_gpu[:, None], 0)  # [J, M]
+    before = jax.lax.associative_scan(jnp.add, used, axis=0) - used  # GPUs of the earlier ones
+    queue = in_system & (alloc < 0) & (num_gpu > 0)
+    queue_ids = nonzero_indices(queue, num_jobs, num_jobs)
+    n_queue = queue.sum(dtype=jnp.int32)
+    finished = (alloc >= 0) & ~in_system
+    finished_ids = nonzero_indices(finished, num_jobs, num_jobs)
+
+    def hand_over(i, carry):  # 1. finished job finished_ids[i] hands its model to the queue's head
+        alloc, handed, head = carry
+        c = finished_ids[i]
+        m = alloc[c]
+        h = jnp.minimum(queue_ids[jnp.minimum(head, num_jobs - 1)], num_jobs - 1)
+        give = (head < n_queue) & (num_gpu[h] <= workers[m] - before[c, m] - handed[m]) & runs_on[h, m]
+        alloc = alloc.at[h].set(jnp.where(give, m, alloc[h])).at[c].set(-1)
+        return alloc, handed.at[m].add(jnp.where(give, num_gpu[h], 0)), head + give
+
+    alloc, handed, head = jax.lax.fori_loop(0, finished.sum(dtype=jnp.int32), hand_over,
+                                            (alloc, jnp.zeros(num_models, jnp.int32), jnp.int32(0)))
+    avail = workers - used.sum(0) - handed
+    order, rank = jnp.asarray(GAVEL_TYPE_ORDER), jnp.asarray(GAVEL_TYPE_RANK)
+
+    def going(carry):
+        head, _, _, listed, stop = carry
+        return (head < n_queue) & listed.any() & ~stop
+
+    def allocate(carry):  # 2. the queue's head, against the list
+        head, alloc, avail, listed, _ = carry
+        h = queue_ids[head]
+        room = listed & (avail >= num_gpu[h])
+        stop = ~room.any()
+        room_in_order = room[order]
+        i = gavel_pick(h, jnp.maximum(room.sum(), 1))
+        drawn = order[jnp.argmax(room_in_order & (jnp.cumsum(room_in_order) - 1 == i))]
+        w = order[jnp.argmax(jnp.where(listed[order], rank[order], -1))]  # the list's last model
+        ok = ~stop & runs_on[h, w]
+        alloc = alloc.at[h].set(jnp.where(ok, w, alloc[h]))
+        avail = avail.at[w].add(jnp.where(ok, -num_gpu[h], 0))
+        listed = listed.at[drawn].set(listed[drawn] & ~(ok & (avail[w] == 0)))
+        return head + ~stop, alloc, avail, listed, stop
+
+    return jax.lax.while_loop(going, allocate, (head, alloc, avail, avail > 0, jnp.bool_(False)))[1]
+
+
+def gavel_fifo(params, state, key, env_params):
+    """Gavel's FIFO as its code runs (``fifo``, base mode): each GPU job in the system keeps a
+    GPU type from its allocation (``gavel_fifo_allocation``, kept in
+    ``segments.policy_model``), and each type's jobs share it round by round by Gavel's
+    priority there, allocation over the fraction of time received: priority[j, m] = 1 /
+    (attained on m + round_s / 2) on its type, -inf elsewhere (held until allocated); CPU-only
+    jobs 1 / (attained_s + round_s / 2) on every model. -> (priority [J, M], allocation [J])."""
+    round_settings = _need(params, "gavel-fifo")
+    jobs, cluster = state.jobs, env_params.cluster
+    workers, _ = model_table(cluster)
+    runs_on = ((jobs.model_mask[:, None] >> jnp.arange(len(MODEL_NAMES))) & 1 == 1) & (workers > 0)
+    alloc = gavel_fifo_allocation(state.segments.policy_model, active_jobs(state), jobs.num_gpu, runs_on, workers)
+    half_round = jnp.float32(round_settings.round_s / 2)
+    on_type = jnp.arange(len(MODEL_NAMES)) == alloc[:, None]  # [J, M]
+    gpu_priority = jnp.where(on_type, 1.0 / (attained_by_model_now(state, cluster) + half_round), -jnp.inf)
+    cpu_priority = 1.0 / (attained_now(state)[0] + half_round)
+    priority = jnp.where((jobs.num_gpu > 0)[:, None], gpu_priority, cpu_priority[:, None])
+    return priority, alloc
+
+
+gavel_fifo.reads_env_params = True
 
 
 def las_gpu(params, state, key):

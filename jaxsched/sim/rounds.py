@@ -142,6 +142,7 @@ class RoundsMixin:
             restart_gpu_s=jnp.float32(0.0),
             waiting_since_s=jnp.full(num_jobs, INF),
             rewait_growth=jnp.float32(0.0),
+            policy_model=jnp.full(num_jobs, -1, jnp.int32),
         )
 
     def restart_cost_s(self, num_gpu):
@@ -177,13 +178,22 @@ class RoundsMixin:
     def step_round(self, key, state: SimState, priority, params: EnvParams):
         """Decide the round due now with ``priority`` (float32 [J], or [J, M] per (job, GPU
         model id); read for queued and running jobs only) and run to the next round ->
-        (state, obs, reward, done, info), as ``step``. Once the episode is done it changes
-        nothing and counts nothing. The reward is the "in_system" one, -(job-seconds in the
-        system until the next round)."""
+        (state, obs, reward, done, info), as ``step``. ``priority`` may be a pair
+        ``(priority, policy_model)``: the round is decided by the first, and ``policy_model``
+        ([J] int32) is kept in ``segments.policy_model`` for the policy's next rounds
+        (docs/semantics.md, "Policy memory"). Once the episode is done it changes nothing and
+        counts nothing. The reward is the "in_system" one, -(job-seconds in the system until
+        the next round)."""
         if not self.config.rounds:
             raise ValueError("step_round needs EnvConfig.round_s > 0")
+        memory = None
+        if isinstance(priority, tuple):
+            priority, memory = priority
         live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
         decided = self._decide_round(key, state, jnp.asarray(priority, jnp.float32), params)
+        if memory is not None:
+            decided = decided.replace(segments=decided.segments.replace(
+                policy_model=jnp.asarray(memory, jnp.int32).reshape(state.jobs.num_jobs)))
         state = jax.tree.map(lambda new, old: jnp.where(live, new, old), decided, state)
         state = self._advance(state, params)
         cost_s = state.core.acc.in_system_integral - in_system_before
@@ -576,6 +586,7 @@ class RoundsMixin:
             restart_gpu_s=seg.restart_gpu_s + ordered_sum(restart_closed),
             waiting_since_s=jnp.where(started, INF, jnp.where(closing, t, seg.waiting_since_s)),
             rewait_growth=seg.rewait_growth + ordered_sum(jnp.where(rewaited, rewait, 0.0)),
+            policy_model=seg.policy_model,
         )
 
         # The running ring, sorted by (end, index), and the queue, by index.

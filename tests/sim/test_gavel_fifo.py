@@ -1,0 +1,112 @@
+"""``gavel-fifo``, Gavel's FIFO as its code runs (docs/semantics.md, "Policy memory" and
+"Gavel's FIFO, read for gavel-fifo"): its allocation by hand, over-subscription and the
+leftover type included, and its episodes job by job against the reference, the allocation
+kept between rounds as the policy's memory."""
+
+from __future__ import annotations
+
+import hypothesis as hyp
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from jaxsched import cluster as cl
+from jaxsched.policies.rounds import gavel_fifo_allocation, gavel_pick
+from jaxsched.types import jobs_from_numpy
+from tests.settings import EXAMPLES, extended
+from tests.sim import test_preemption as tp
+from tests.sim.test_gangs import GANG_SIZES
+from tests.sim.test_las_perf import typed_workloads
+from tests.sim.test_job_types import with_types
+from tests.strategies import clusters
+
+M = len(cl.MODEL_NAMES)
+V100, P100, K80 = cl.model_id("V100"), cl.model_id("P100"), cl.model_id("K80")
+
+
+def test_the_draw_is_a_fixed_hash_of_the_job():
+    assert [int(gavel_pick(j, 3)) for j in range(6)] == [((j * 2654435761) % 2**32 >> 16) % 3 for j in range(6)]
+    assert int(gavel_pick(1, 3)) == 0 and int(gavel_pick(4, 2)) == 1 and int(gavel_pick(7, 1)) == 0
+
+
+def allocate(alloc, in_system, num_gpu, workers, runs_on=None):
+    workers_m = np.zeros(M, np.int32)
+    for m, w in workers.items():
+        workers_m[m] = w
+    runs = np.broadcast_to(workers_m > 0, (len(alloc), M)) if runs_on is None else runs_on
+    out = gavel_fifo_allocation(jnp.asarray(alloc, jnp.int32), jnp.asarray(in_system), jnp.asarray(num_gpu, jnp.int32),
+                                jnp.asarray(runs), jnp.asarray(workers_m))
+    return np.asarray(out).tolist()
+
+
+def test_allocation_gives_the_last_listed_type_and_over_subscribes_it_by_hand():
+    """2 V100 + 1 P100 + 1 K80, four 1-GPU jobs, none allocated. The list is [K80, P100, V100]
+    (Gavel sorts the type names). j0 gets the last, V100 (1 left); j1 too, V100 reaches 0 and
+    the drawn type with room leaves the list: gavel_pick(1, 3) = 0, the K80 (not the V100). j2
+    and j3: only the P100 has room, yet both get the list's last type, the V100 (-1, -2)."""
+    got = allocate([-1] * 4, [True] * 4, [1] * 4, {V100: 2, P100: 1, K80: 1})
+    assert got == [V100] * 4
+
+
+def test_allocation_hands_a_finished_jobs_type_to_the_queue_head_and_stops_at_a_job_that_fits_no_type():
+    """2 V100 + 1 P100 + 2 K80. j0 (V100) has finished, j1 holds the P100. The queue is j2 (2
+    GPUs), j3, j4 (2 GPUs), j5. j0's V100 goes to the head j2 if it fits the V100s left so far
+    (2: j1 is on the P100), so j2 gets it. Left: V100 0, P100 0, K80 2, so the list is [K80];
+    j3 gets it (K80 1 left). j4 fits no listed type: the walk stops there, and j5 stays
+    unallocated although the K80 has room (strict FIFO)."""
+    got = allocate([V100, P100, -1, -1, -1, -1], [False, True, True, True, True, True], [1, 1, 2, 1, 2, 1],
+                   {V100: 2, P100: 1, K80: 2})
+    assert got == [-1, P100, V100, K80, -1, -1]
+
+
+def test_allocation_leaves_a_job_off_a_type_it_cannot_run_on_and_goes_on():
+    """The list's last type is the V100, where j0 cannot run (throughput 0): j0 stays
+    unallocated and j1 behind it is allocated (Gavel skips it without stopping)."""
+    runs = np.zeros((2, M), bool)
+    runs[:, [V100, P100]] = True
+    runs[0, V100] = False
+    got = allocate([-1, -1], [True, True], [1, 1], {V100: 1, P100: 1}, runs)
+    assert got == [-1, V100]
+
+
+# ----------------------------------------------------------------------------- an episode by hand
+NODES = cl.NodeTable(names=("v0", "v1", "p0", "k0"),
+                     model=np.asarray([V100, V100, P100, K80], np.int32), num_gpus=np.ones(4, np.int32),
+                     cpu_milli=np.full(4, 8000, np.int32), mem_mib=np.full(4, 32768, np.int32))
+# j0-j3 at 0 (1,000 s, 1,000 s, 1,000 s, 50 s of work); j4 at 250 (30 s); the models' own
+# speeds (V100 1.0, P100 0.6).
+HAND_JOBS = jobs_from_numpy(arrival_s=[0, 0, 0, 0, 250], work_s=[1000, 1000, 1000, 50, 30], num_gpu=[1] * 5,
+                            gpu_milli=[1000] * 5, cpu_milli=[0] * 5, mem_mib=[0] * 5)
+
+
+def test_an_episode_by_hand_in_both_simulators():
+    """Rounds of 100 s. At 0 all four jobs get the V100 (above): the two V100s run j0 and j1
+    (equal priority 1 / 50, by index), the P100 and K80 stay idle. At 100 j2 and j3 have
+    received nothing on the V100 and preempt j0 and j1; j3 ends at 150. At 300 j4 (arrived at
+    250) is allocated: the V100s are over-subscribed (-1), the list is [K80, P100], j4 gets
+    the last, the P100, and runs alone there at 0.6: 300 to 350. No job ever runs on the K80."""
+    env = tp.round_env({"round_s": 100.0, "restart_overhead_s": 0.0}, tie_break="identity")
+    state, metrics, ref = tp.run_both(env, "gavel-fifo", cl.to_cluster(NODES), HAND_JOBS, seed=0)
+    tp.assert_same_rounds(state, metrics, ref)
+    start, end, node = np.asarray(state.start_s), np.asarray(state.end_s), np.asarray(state.node)
+    assert start[[0, 1, 2, 3, 4]].tolist() == [0, 0, 100, 100, 300] and end[3] == 150 and end[4] == 350
+    assert node[4] == 2 and (node[:4] <= 1).all()
+    assert (np.asarray(state.segments.preemptions)[:2] >= 1).all()  # time-shared with j2 and j3
+
+
+# ----------------------------------------------------------------------------- both simulators
+CASES = [
+    pytest.param({"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True}, GANG_SIZES,
+                 id="gangs-one-model"),
+    extended({"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4), id="slots-4"),
+]
+
+
+@pytest.mark.parametrize("settings, sizes", CASES)
+@hyp.settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_gavel_fifo_episodes_match_reference(settings, sizes, cluster, data, seed):
+    jobs = data.draw(typed_workloads(sizes))
+    state, metrics, ref_out = tp.run_both(tp.round_env(settings), "gavel-fifo", with_types(cluster), jobs, seed)
+    tp.assert_same_rounds(state, metrics, ref_out)
