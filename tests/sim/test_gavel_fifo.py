@@ -1,25 +1,18 @@
 """``gavel-fifo``, Gavel's FIFO as its code runs (docs/semantics.md, "Policy memory" and
 "Gavel's FIFO, read for gavel-fifo"): its allocation by hand, over-subscription and the
 leftover type included, and its episodes job by job against the reference, the allocation
-kept between rounds as the policy's memory."""
+kept between rounds as the policy's memory (its episodes against the reference on random
+clusters: ``tests/sim/test_las_perf.py``, with the other per-model policy)."""
 
 from __future__ import annotations
 
-import hypothesis as hyp
 import jax.numpy as jnp
 import numpy as np
-import pytest
-from hypothesis import given, strategies as st
 
 from jaxsched import cluster as cl
 from jaxsched.policies.rounds import gavel_fifo_allocation, gavel_pick
 from jaxsched.types import jobs_from_numpy
-from tests.settings import EXAMPLES, extended
 from tests.sim import test_preemption as tp
-from tests.sim.test_gangs import GANG_SIZES
-from tests.sim.test_las_perf import typed_workloads
-from tests.sim.test_job_types import with_types
-from tests.strategies import clusters
 
 M = len(cl.MODEL_NAMES)
 V100, P100, K80 = cl.model_id("V100"), cl.model_id("P100"), cl.model_id("K80")
@@ -93,20 +86,3 @@ def test_an_episode_by_hand_in_both_simulators():
     assert start[[0, 1, 2, 3, 4]].tolist() == [0, 0, 100, 100, 300] and end[3] == 150 and end[4] == 350
     assert node[4] == 2 and (node[:4] <= 1).all()
     assert (np.asarray(state.segments.preemptions)[:2] >= 1).all()  # time-shared with j2 and j3
-
-
-# ----------------------------------------------------------------------------- both simulators
-CASES = [
-    pytest.param({"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True}, GANG_SIZES,
-                 id="gangs-one-model"),
-    extended({"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4), id="slots-4"),
-]
-
-
-@pytest.mark.parametrize("settings, sizes", CASES)
-@hyp.settings(max_examples=EXAMPLES, deadline=None)
-@given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
-def test_gavel_fifo_episodes_match_reference(settings, sizes, cluster, data, seed):
-    jobs = data.draw(typed_workloads(sizes))
-    state, metrics, ref_out = tp.run_both(tp.round_env(settings), "gavel-fifo", with_types(cluster), jobs, seed)
-    tp.assert_same_rounds(state, metrics, ref_out)

@@ -40,22 +40,28 @@ def typed_workloads(draw, sizes):
     return jobs.replace(job_type=np.where(jobs.valid, kinds, 0).astype(np.int32))
 
 
-LAS_PERF_CASES = [
-    pytest.param({"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 5}, (0, 1, 1, 1, 2, 4, 8),
-                 id="slots-5"),
-    pytest.param({"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,), "max_span": 3},
-                 GANG_SIZES, id="gangs-by-size"),
-    extended({"round_s": 60.0, "restart_overhead_s": 0.0, "gpu_rule": "first-fit", "warmup_jobs": 3,
-              "measured_jobs": 8, "running_capacity": 4}, (0, 1, 1, 1, 2, 4, 8), id="measure-running-cap"),
+PER_MODEL_CASES = [  # (the per-model round policy, {env settings}, job sizes)
+    pytest.param("las-perf", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 5}, (0, 1, 1, 1, 2, 4, 8),
+                 id="las-perf-slots-5"),
+    pytest.param("las-perf", {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
+                              "max_span": 3}, GANG_SIZES, id="las-perf-gangs-by-size"),
+    extended("las-perf", {"round_s": 60.0, "restart_overhead_s": 0.0, "gpu_rule": "first-fit", "warmup_jobs": 3,
+                          "measured_jobs": 8, "running_capacity": 4}, (0, 1, 1, 1, 2, 4, 8),
+             id="las-perf-measure-running-cap"),
+    # gavel-fifo (tests/sim/test_gavel_fifo.py): its allocation kept between rounds
+    pytest.param("gavel-fifo", {"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True},
+                 GANG_SIZES, id="gavel-fifo-gangs-one-model"),
+    extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4),
+             id="gavel-fifo-slots-4"),
 ]
 
 
-@pytest.mark.parametrize("settings, sizes", LAS_PERF_CASES)
+@pytest.mark.parametrize("policy, settings, sizes", PER_MODEL_CASES)
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
-def test_las_perf_episodes_match_reference(settings, sizes, cluster, data, seed):
+def test_per_model_policy_episodes_match_reference(policy, settings, sizes, cluster, data, seed):
     jobs = data.draw(typed_workloads(sizes))
-    state, metrics, ref_out = tp.run_both(tp.round_env(settings), "las-perf", with_types(cluster), jobs, seed)
+    state, metrics, ref_out = tp.run_both(tp.round_env(settings), policy, with_types(cluster), jobs, seed)
     tp.assert_same_rounds(state, metrics, ref_out)
 
 
