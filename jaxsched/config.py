@@ -114,7 +114,9 @@ class WorkloadConfig:
     ``target_load`` on the cluster's work capacity, cut from the part ``trace_span`` = [lo, hi]
     of the trace (fractions of its jobs in arrival order; ``jaxsched.train`` cuts its training
     windows from ``train.trace_span``). The window's first ``env.warmup_jobs`` pods, which
-    precede the measured ones in the trace, are its warm-up. ``replay = "resample"`` draws
+    precede the measured ones in the trace, are its warm-up. ``replay = "native"`` keeps each
+    window at the trace's own arrival times (no compression; ``target_load`` is not read: a
+    trace replayed as it ran, e.g. a Philly VC beside Helios's simulator). ``replay = "resample"`` draws
     each episode's pods with replacement from that part instead, arriving as a Poisson
     process at the target load (``alibaba.resample``): for steady-state episodes longer than
     the trace (openb's pods cover about 20 h of arrivals at load 0.9 on 64 nodes).

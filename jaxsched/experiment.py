@@ -32,6 +32,7 @@ from jaxsched.types import EnvParams, Jobs, to_device
 from jaxsched.workload import alibaba, classes, gavel, philly, synthetic
 
 TRACES = ("openb", "philly")  # workload sources replayed from a trace (``load_trace``)
+REPLAYS = ("windows", "native", "resample")  # workload.replay (``trace_episodes``)
 SOURCES = ("synthetic", *TRACES, "gavel")  # every workload.source
 
 
@@ -89,8 +90,9 @@ def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_w
     from the part ``span`` of ``trace``, work capped at ``max_work_s``, at offered load
     ``target_load`` on the cluster's work capacity (jobs no node can hold count as no work).
     ``replay`` "windows": ``num_windows`` windows of consecutive arrivals, each
-    time-compressed (the factors are returned); "resample": pods drawn with replacement,
-    Poisson arrivals (``alibaba.resample``; factors are NaN)."""
+    time-compressed (the factors are returned); "native": the same windows at the trace's own
+    arrival times (factor 1.0; ``target_load`` not read); "resample": pods drawn with
+    replacement, Poisson arrivals (``alibaba.resample``; factors are NaN)."""
     part = alibaba.cap_work(alibaba.trace_part(trace, span, span_field), max_work_s)
     capacity = cl.work_capacity(nodes)
     if replay == "resample":
@@ -102,8 +104,11 @@ def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_w
         compressed = [alibaba.compress_to_load(win, capacity, target_load,
                                                runnable=~win.unschedulable_mask(nodes)) for win in windows]
         episodes, factors = [c for c, _ in compressed], [f for _, f in compressed]
+    elif replay == "native":
+        episodes = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
+        factors = [1.0] * len(episodes)
     else:
-        raise DataError("config", None, "workload.replay", f"must be 'windows' or 'resample', got {replay!r}")
+        raise DataError("config", None, "workload.replay", f"must be one of {REPLAYS}, got {replay!r}")
     jobs = jax.tree.map(lambda *x: np.stack(x), *[e.to_jobs(pad_to=jobs_per_window) for e in episodes])
     return jobs, factors
 

@@ -1653,6 +1653,8 @@ NODE_RULES = {
     "first-fit": _first_fit_score,
     "best-fit": _best_fit_score,
     "sjf": _best_fit_score,  # shortest-first is the queue order (RefConfig.queue_order)
+    "fifo-strict": _best_fit_score,  # a window of one, no backfilling (the registry's env config)
+    "sjf-strict": _best_fit_score,
     "spread": _spread_score,
     "consolidate": _consolidate_score,
     "dot-product": _dot_product_score,

@@ -92,6 +92,10 @@ DRR_RESCHED_INTERVAL_S = 3600.0
 ROUND_S = 360.0
 
 
+# The strict queue of the field's FIFO and SJF (Helios's simulator, Tiresias): only the queue's
+# first job may start (a window of one, no backfilling), ties to the lowest node index.
+STRICT = (("window", 1), ("backfill", False), ("tie_break", "identity"))
+
 REGISTRY = {
     s.name: s for s in (
         Scheduler("first-fit", first_fit, "best-fit", "lowest-index feasible node"),
@@ -120,6 +124,14 @@ REGISTRY = {
                   "among those with room, its lowest-index node", queue_order="fifo",
                   env_changes=(("backfill", False),)),
         Scheduler("sjf", sjf, "best-fit", "shortest work first, best-fit placement", queue_order="sjf"),
+        Scheduler("fifo-strict", best_fit, "best-fit",
+                  "the field's strict FIFO (Helios, Tiresias): the queue's head on its best-fit node, "
+                  "or nothing; no window, no backfilling, ties to the lowest node", queue_order="fifo",
+                  env_changes=STRICT),
+        Scheduler("sjf-strict", best_fit, "best-fit",
+                  "the field's strict SJF (Helios): the shortest queued job on its best-fit node, "
+                  "or nothing; no window, no backfilling, ties to the lowest node", queue_order="sjf",
+                  env_changes=STRICT),
         Scheduler("r&p", reserving_packing, "best-fit",
                   "Alibaba's Reserving-and-Packing (NSDI '22): high-end GPUs for multi-GPU jobs, "
                   "the rest packed on weaker GPUs, load balancing second"),

@@ -1,5 +1,6 @@
 """fifo (docs/schedulers.md, "fifo"): strict arrival order, and a GPU model drawn uniformly
-among the models with a node where the head of the queue fits, its lowest-index node."""
+among the models with a node where the head of the queue fits, its lowest-index node; and the
+field's strict FIFO and SJF (``fifo-strict``, ``sjf-strict``: a window of one, no backfill)."""
 
 import jax
 import numpy as np
@@ -49,13 +50,30 @@ def test_fifo_keeps_a_small_job_waiting_behind_a_big_one_that_does_not_fit():
     jobs = jax.tree.map(lambda x: x[None], whole_gpu_jobs([0.0, 1.0, 2.0], [1000.0, 10.0, 10.0], [1, 2, 1]))
     keys = jax.random.split(jax.random.key(0), 1)
     starts = {}
-    for name in ("fifo", "first-fit"):
+    for name in ("fifo", "fifo-strict", "sjf-strict", "first-fit"):
         sched = policies.get(name)
         env = ClusterEnv(sched.env_config(EnvConfig(window=4, queue_capacity=8, running_capacity=8)))
         state, _ = jax.jit(lambda j, k: rollout(env, sched.policy, None, params, j, k, 20))(jobs, keys)
         starts[name] = np.asarray(state.start_s)[0]
-    assert starts["fifo"].tolist() == [0.0, 1000.0, 1010.0]
+    assert starts["fifo"].tolist() == starts["fifo-strict"].tolist() == [0.0, 1000.0, 1010.0]
+    # strict SJF: job 2 (work 10) is no shorter than job 1 (10): arrival order breaks the tie
+    assert starts["sjf-strict"].tolist() == [0.0, 1000.0, 1010.0]
     assert starts["first-fit"].tolist() == [0.0, 1000.0, 2.0]  # backfilling: the test tells them apart
+
+
+def test_strict_sjf_starts_the_shortest_queued_job_first_or_nothing():
+    # One 2-GPU node held by job 0 until 100. Queued: job 1 (2 GPUs, 50 s), job 2 (1 GPU, 30 s),
+    # job 3 (2 GPUs, 5 s). At 100 strict SJF starts job 3 (shortest), then job 2 at 105 (it fits
+    # beside nothing else: job 1 needs both), then job 1 at 135; it never backfills.
+    params = params_of(["V100"], [2])
+    jobs = jax.tree.map(lambda x: x[None], whole_gpu_jobs([0.0, 1.0, 2.0, 3.0], [100.0, 50.0, 30.0, 5.0],
+                                                          [2, 2, 1, 2]))
+    sched = policies.get("sjf-strict")
+    env = ClusterEnv(sched.env_config(EnvConfig(window=4, queue_capacity=8, running_capacity=8)))
+    assert (env.config.window, env.config.backfill, env.config.tie_break) == (1, False, "identity")
+    state, _ = jax.jit(lambda j, k: rollout(env, sched.policy, None, params, j, k, 20))(
+        jobs, jax.random.split(jax.random.key(0), 1))
+    assert np.asarray(state.start_s)[0].tolist() == [0.0, 135.0, 105.0, 100.0]
 
 
 def test_fifo_draws_the_model_uniformly_not_the_node_nor_the_first():

@@ -45,6 +45,8 @@ REGISTRY_CASES = [  # (mode, scheduler, tie break); the rest of the config is th
     ("dynamic", "fgd", "permutation"),
     extended("dynamic", "fgd-window", "permutation"),
     extended("dynamic", "sjf", "permutation"),
+    ("dynamic", "fifo-strict", "identity"),
+    extended("dynamic", "sjf-strict", "identity"),
     extended("dynamic", "elasticflow", "permutation"),
     extended("dynamic", "hops", "identity"),
     extended("dynamic", "r&p", "permutation"),

@@ -177,6 +177,29 @@ def test_windows_and_compression_of_the_openb_replay_apply(tmp_path):
     assert np.array_equal(jobs.num_gpu[:20], windows[0].num_gpu) and not jobs.valid[20:].any()
 
 
+@pytest.mark.parametrize("replay", ["native", "windows"])
+def test_a_native_replay_keeps_the_traces_own_arrival_times(tmp_path, replay):
+    """``workload.replay = "native"``: the windows of ``"windows"`` at the trace's own arrival
+    times (factor 1.0), where ``"windows"`` compresses them to the target load."""
+    from jaxsched import experiment
+
+    rng = np.random.default_rng(3)
+    n = 30
+    t = pd.Timestamp("2017-10-01") + pd.to_timedelta(np.sort(rng.integers(0, 86400, n)), unit="s")
+    rows = [f"{a:%Y-%m-%d %H:%M:%S},100.0,1,100.0,aaa\n" for a in t]
+    w = P.load(write(tmp_path, HEADER + "".join(rows)))
+    nodes = node_table([(f"n{i}", "V100", 8, 96000, 393216) for i in range(2)])
+    jobs, factors = experiment.trace_episodes(w, nodes, (0.0, 1.0), 10, 2, 0, 0.7, "span", replay=replay)
+    windows = A.trace_windows(w, 10, 2, seed=0)
+    for e, win in enumerate(windows):
+        want = win.arrival_s if replay == "native" else win.arrival_s / factors[e]
+        np.testing.assert_allclose(np.asarray(jobs.arrival_s)[e][:10], want, rtol=1e-6)
+    assert (factors == [1.0, 1.0]) == (replay == "native")
+    with pytest.raises(DataError, match="must be one of") as e:
+        experiment.trace_episodes(w, nodes, (0.0, 1.0), 10, 2, 0, 0.7, "span", replay="as-is")
+    assert e.value.field == "workload.replay"
+
+
 def test_gpu_time_share_by_hand(small):
     share = P.gpu_time_share(P.load(small))
     total = 100 + 800 + 1600 + 60 + 40 + 7
