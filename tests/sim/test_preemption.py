@@ -158,16 +158,20 @@ def jitted_round_fns(env):
     return jax.jit(env.reset), jax.jit(env.step_round)
 
 
+@pytest.mark.parametrize("policy, one_model", [("las-gpu", False), ("gavel-fifo", True)])
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=st.integers(0, 2**31 - 1))
-def test_rounds_conserve_work_and_resources_in_the_env(cluster, jobs, seed):
-    """Round by round (las-gpu, gangs, restart by size): no resource is overcommitted and the
-    GPU milli held by running jobs plus the free milli is the cluster's; a job's remaining
-    work never grows; and a finished job's last segment did exactly the work it had left."""
+def test_rounds_conserve_work_and_resources_in_the_env(policy, one_model, cluster, jobs, seed):
+    """Round by round (gangs, restart by size; las-gpu, and gavel-fifo with its allocation kept
+    between rounds and a gang on one GPU model): no resource is overcommitted and the GPU
+    milli held by running jobs plus the free milli is the cluster's; a job's remaining work
+    never grows; a finished job's last segment did exactly the work it had left; with
+    ``gang_one_model`` every running gang's nodes are of one model."""
     env = round_env({"round_s": 30.0, "restart_overhead_s": (2.0, 5.0), "restart_above_gpus": (1,),
-                     "max_span": 3}, tie_break="identity")
+                     "max_span": 3, "gang_one_model": one_model}, tie_break="identity")
     reset, step_round = jitted_round_fns(env)
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
+    decide = jax.jit(functools.partial(bound_policy(env, policy), None))
     key = jax.random.key(seed)
     state, _ = reset(key, params, to_device(jobs))
     capacity = int(np.asarray(cluster.gpu_exists).sum()) * GPU_MILLI
@@ -175,8 +179,14 @@ def test_rounds_conserve_work_and_resources_in_the_env(cluster, jobs, seed):
     for t in range(150):  # (las-gpu may thrash on a loaded cluster: not every episode ends)
         if bool(state.core.done):
             break
-        state, _, _, _, _ = step_round(jax.random.fold_in(key, t), state, round_policies.las_gpu(None, state, None), params)
+        priority = decide(state, None, params) if policy == "gavel-fifo" else decide(state, None)
+        state, _, _, _, _ = step_round(jax.random.fold_in(key, t), state, priority, params)
         core = state.core
+        if one_model:
+            model = np.asarray(cluster.gpu_model)
+            for j in np.asarray(core.run_job)[np.asarray(core.run_job) >= 0]:
+                nodes = [int(state.node[j])] + [int(n) for n in np.asarray(state.span_node[j]) if n >= 0]
+                assert len({model[n] for n in nodes}) == 1, (j, nodes)
         assert (np.asarray(core.free_milli) >= 0).all()
         assert (np.asarray(core.free_cpu) >= 0).all() and (np.asarray(core.free_mem) >= 0).all()
         ring = (int(core.run_head) + np.arange(int(core.num_running))) % core.run_job.shape[0]
