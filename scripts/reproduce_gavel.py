@@ -99,10 +99,11 @@ TABLE_COLUMNS = ["rules", "workload", "scheduler", "rate_per_h", "jct_mean_h", "
 
 def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs: int,
                  warmup_jobs: int = WARMUP_JOBS, measured_jobs: int = MEASURED_JOBS,
-                 rules: str = "gavel") -> cfg_lib.Config:
-    """configs/gavel.toml under ``rules`` (``RULES``) at ``rate`` jobs/h, single- or multi-GPU jobs, Gavel's measurement
-    window, ``seeds`` episodes in one batch, rounds of ``ROUND_S`` with no restart cost (read
-    by round policies only). The running set holds one job more than the cluster has GPUs:
+                 rules: str = "gavel", seed: int = 0) -> cfg_lib.Config:
+    """configs/gavel.toml under ``rules`` (``RULES``) at ``rate`` jobs/h, single- or multi-GPU
+    jobs, Gavel's measurement window, ``seeds`` episodes (the first streams of ``eval.seed`` =
+    ``seed``) in one batch, rounds of ``ROUND_S`` with no restart cost (read by round policies
+    only); ``las`` under Gavel's rules at the types' mean speed (``AGNOSTIC``). The running set holds one job more than the cluster has GPUs:
     every Gavel job takes at least one whole GPU, so the set is never full (a full set would
     skip a queued job's turn at a round, though it could preempt) and stays small (its ring is
     sorted every round); the queue holds every job. The step cap counts rounds for ``las``: the stream's span in
@@ -119,7 +120,7 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
         f"env.warmup_jobs={warmup_jobs}", f"env.measured_jobs={measured_jobs}",
         f"env.queue_capacity={num_jobs}", f"env.running_capacity={gpus + 1}",
         f"env.round_s={ROUND_S}", "env.restart_overhead_s=[0.0]",
-        f"eval.episodes={seeds}", f"eval.batch_size={seeds}", "eval.seed=0",
+        f"eval.episodes={seeds}", f"eval.batch_size={seeds}", f"eval.seed={seed}",
         f"eval.schedulers=[\"{scheduler}\"]", f"eval.max_steps={int(max(2 * span_rounds, 3 * num_jobs + 100))}",
     ])
 

@@ -1,5 +1,6 @@
 """scripts/reproduce_gavel.py: the physical rules give back results/gavel's earlier rows (the
-A/B of Gavel's gang rules), and its comparison with Gavel's printed curves."""
+A/B of Gavel's gang rules), and its comparison with Gavel's printed curves; and
+scripts/check_against_gavel.py's trace in Gavel's format and its reading of Gavel's output."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from jaxsched import paths
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("reproduce_gavel", ROOT / "scripts" / "reproduce_gavel.py")
+def load_script(name="reproduce_gavel"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     return script
@@ -61,3 +62,23 @@ def test_the_comparison_reads_gavels_printed_points_under_gavels_rules_only():
     assert out.gavel_h.tolist() == [23.47, 19.92]
     assert out.within_10pct.tolist() == [True, True] and out.printed_in_p5_p95.tolist() == [False, False]
     assert out["diff"].tolist() == [round(25.0 / 23.47 - 1, 3), round(19.0 / 19.92 - 1, 3)]
+
+
+def test_the_check_writes_gavels_trace_format_and_reads_its_job_lines(tmp_path):
+    """Three jobs of the small table (A on 1 and 2 GPUs, B on 1; an hour of V100 work each,
+    an hour apart) as Gavel's ``parse_trace`` reads them: the type, a command, the steps
+    argument, no data dir, total steps = 3600 x the V100's steps/s at the scale factor (10,
+    16 and 4 steps/s), the scale factor, weight 1, SLO -1, the arrival."""
+    from jaxsched.workload import gavel as G
+    from tests.workload.test_gavel import drawn, small_table, write_json
+
+    check = load_script("check_against_gavel")
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    jobs = G.to_jobs(drawn([0, 0, 1], [1, 2, 1]), tp, G.MODELS, gpus_per_node=1, max_span=2,
+                     gang_speed="consolidated", pad_to=4)
+    lines = [line.split("\t") for line in check.trace_lines(jobs, tp)]
+    assert [f[0] for f in lines] == ["A", "A", "B"] and all(len(f) == 9 for f in lines)
+    assert [f[4] for f in lines] == ["36000", "57600", "14400"] and [f[5] for f in lines] == ["1", "2", "1"]
+    assert [float(f[8]) for f in lines] == [0.0, 3600.0, 7200.0] and {f[3] for f in lines} == {"0"}
+    log = "Job completion times:\nJob 4: 1234.500\nJob 5 (high priority): 10.000\nJob 12: 7.25\nAverage job completion time: 1.0"
+    assert check.gavel_jcts(log) == {4: 1234.5, 5: 10.0, 12: 7.25}
