@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pandas as pd
 
@@ -90,6 +91,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="jobs per hour")
     parser.add_argument("--jobs", type=int, default=700, help="jobs in the stream")
     parser.add_argument("--window", default="400:500", help="the measured jobs, first:end (Gavel's -s, -e)")
+    parser.add_argument("--gavel-solver", choices=("ECOS", "SCS", "GUROBI"), default="ECOS",
+                        help="the solver Gavel's LP policies use (its --solver; ECOS, its default, fails on "
+                             "some multi-GPU allocations)")
     parser.add_argument("--seed", type=int, default=0, help="jaxsched's eval.seed (the stream) and Gavel's --seed")
     parser.add_argument("--out", default="results/runs/check_gavel")
     args = parser.parse_args(argv)
@@ -108,7 +112,7 @@ def main(argv=None) -> int:
     nodes = experiment.build_nodes(config)
     ep = experiment.episodes(config, nodes)
     throughputs = gavel.load_throughputs(paths.resolve_data_path(config.workload.throughputs))
-    jobs = type(ep.jobs)(*(np.asarray(x)[0] for x in ep.jobs))
+    jobs = jax.tree.map(lambda x: np.asarray(x)[0], ep.jobs)
     (out / "trace.txt").write_text("\n".join(trace_lines(jobs, throughputs)) + "\n")
 
     counts = {m: 0 for m in ("V100", "P100", "K80")}
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
     command = [args.gavel_python, str(DRIVER), "-t", str((out / "trace.txt").resolve()), "-p", args.policy,
                "--throughputs_file", str(paths.resolve_data_path(config.workload.throughputs).resolve()),
                "-c", f"{counts['V100']}:{counts['P100']}:{counts['K80']}", "--num_gpus_per_server", "1:1:1",
-               "--seed", str(args.seed), "--time_per_iteration", str(int(reproduce_gavel.ROUND_S)),
+               "--seed", str(args.seed), "--solver", args.gavel_solver, "--time_per_iteration", str(int(reproduce_gavel.ROUND_S)),
                "-s", str(first), "-e", str(end)]
     t0 = time.perf_counter()
     run = subprocess.run(command, cwd=args.gavel, capture_output=True, text=True)
