@@ -78,6 +78,9 @@ class RefConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    # Gavel's allocation resets (semantics.md, "Allocation resets"): a round is a reset when a
+    # job arrived or finished since the last one and round_reset_s has passed (0: none).
+    round_reset_s: float = 0.0
     # The tiresias round policy's settings (semantics.md, "Round policies"): queue thresholds
     # in attained GPU-seconds (m thresholds, m + 1 queues) and the promotion knob (0: off).
     tiresias_thresholds_gpu_s: tuple = (3250.0, 7200.0)
@@ -123,6 +126,8 @@ class RefConfig:
              f"restart_above_gpus {above} (one threshold fewer than restart_overhead_s, increasing, >= 0)"),
             (all(0 < b < math.inf for b in thresholds) and all(a < b for a, b in zip(thresholds, thresholds[1:])),
              f"tiresias_thresholds_gpu_s {thresholds} (strictly increasing, finite, > 0)"),
+            (0 <= self.round_reset_s < math.inf and (self.round_reset_s == 0 or self.round_s > 0),
+             f"round_reset_s {self.round_reset_s} (a finite number >= 0; resets need round_s > 0)"),
             (0 <= self.tiresias_promote_knob < math.inf,
              f"tiresias_promote_knob {self.tiresias_promote_knob} (a finite number >= 0; 0 = off)"),
         )
@@ -133,7 +138,7 @@ class RefConfig:
 
 # RefConfig's settings of rounds (RefConfig.like leaves them off when a config lacks them).
 ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus", "tiresias_thresholds_gpu_s",
-                  "tiresias_promote_knob")
+                  "tiresias_promote_knob", "round_reset_s")
 
 
 class _Job(NamedTuple):
@@ -324,6 +329,12 @@ class ReferenceSim:
         # event was processed at this instant and waits for its priorities (step_round).
         self.next_round_s = np.float32(self.time_s) if config.round_s > 0 else np.float32(np.inf)
         self.round_due = False
+        # Allocation resets: the last one, whether a job arrived or finished since, whether the
+        # due round is one, and each job's attained_s at the last one.
+        self.last_reset_s = np.float32(-np.inf)
+        self.jobs_changed = False
+        self.reset_due = False
+        self.attained_at_reset_s = [np.float32(0)] * self.J
 
         self.outcome = [OUTCOME_NONE] * self.J
         self.node = [-1] * self.J
@@ -736,10 +747,12 @@ class ReferenceSim:
             raise ValueError(f"priority has shape {priority.shape}; the episode has {self.J} jobs: "
                              f"give [{self.J}] or [{self.J}, models]")
         self.decisions += 1
+        if self.reset_due:  # each job's service at the reset (semantics.md, "Allocation resets")
+            self.attained_at_reset_s = [self.attained_now(j)[0] for j in range(self.J)]
         self._allocate_round(priority)
         if memory is not None:
             self.policy_model = [int(m) for m in memory]
-        self.round_due = False
+        self.round_due = self.reset_due = False
         self._advance()
 
     def _allocate_round(self, priority: np.ndarray) -> None:
@@ -952,8 +965,8 @@ class ReferenceSim:
                 if self._measured_jobs_left():
                     self.done = True
                     return
-                if self.round_due and not self.queue:
-                    self.round_due = False  # nothing waits: nothing to decide
+                if self.round_due and not self.queue and not self.reset_due:
+                    self.round_due = False  # nothing waits: nothing to decide (a reset is decided)
                 if self._is_decision_point() or self.round_due:
                     return
                 if no_event_left:
@@ -967,11 +980,17 @@ class ReferenceSim:
                 self._end_segment(j)
                 self._release(j)
                 self.measure_open -= self._measured(j)
+                self.jobs_changed = True
             elif self.next_arrival < self.J_valid and self.jobs[self.next_arrival].arrival_s <= self.time_s:
                 self._arrive_dynamic()
+                self.jobs_changed = True
             elif self._rounds():
                 self.round_due = True  # decided at the boundary, by step_round
                 self.next_round_s = np.float32(self.next_round_s + np.float32(self.config.round_s))
+                since = np.float32(np.float32(self.time_s) - self.last_reset_s)
+                if self.config.round_reset_s > 0 and self.jobs_changed and since >= np.float32(self.config.round_reset_s):
+                    self.reset_due, self.jobs_changed = True, False
+                    self.last_reset_s = np.float32(self.time_s)
             else:
                 self._reschedule()
 
@@ -1808,19 +1827,25 @@ def _gavel_fifo_allocate(sim: ReferenceSim, alloc: list) -> list:
 
 
 def _gavel_fifo_priority(sim: ReferenceSim) -> tuple:
-    """gavel-fifo, Gavel's FIFO as its code runs: the allocation (``_gavel_fifo_allocate``)
-    and, per (job, GPU model id), 1 / (time received on the model + half a round) on the
-    job's allocated model, -inf elsewhere; CPU-only jobs as las with share 1 on every model.
-    -> ([J, M] float32, allocation)."""
-    alloc = _gavel_fifo_allocate(sim, sim.policy_model)
+    """gavel-fifo, Gavel's FIFO as its code runs: the allocation (``_gavel_fifo_allocate``; with
+    allocation resets only at a reset round, else the last one) and, per (job, GPU model id),
+    1 / (time received + half a round) on the job's allocated model, -inf elsewhere: the time
+    on the model since arrival, or with resets the time received since the last reset (0 at
+    a reset round); CPU-only jobs the same on every model. -> ([J, M] float32, allocation)."""
+    resets = sim.config.round_reset_s > 0
+    alloc = _gavel_fifo_allocate(sim, sim.policy_model) if not resets or sim.reset_due else list(sim.policy_model)
     head_start = np.float32(sim.config.round_s / 2)
     priority = np.full((sim.J, len(MODEL_NAMES)), -np.inf, np.float32)
     for j in _in_system(sim):
+        if resets:
+            received = np.float32(0) if sim.reset_due else np.float32(sim.attained_now(j)[0] - sim.attained_at_reset_s[j])
+            on_model = [received] * len(MODEL_NAMES)
+        else:
+            received, on_model = sim.attained_now(j)[0], sim.attained_by_model_now(j)
         if sim.jobs[j].num_gpu == 0:
-            priority[j] = np.float32(1) / np.float32(sim.attained_now(j)[0] + head_start)
+            priority[j] = np.float32(1) / np.float32(received + head_start)
         elif alloc[j] >= 0:
-            m = alloc[j]
-            priority[j, m] = np.float32(1) / np.float32(sim.attained_by_model_now(j)[m] + head_start)
+            priority[j, alloc[j]] = np.float32(1) / np.float32(on_model[alloc[j]] + head_start)
     return priority, alloc
 
 

@@ -244,11 +244,18 @@ class RoundClock:
     next_round_s []  float32  time of the next round event (the first at t0, then + round_s)
     due          []  bool     a round event was handled and waits for its priorities
                               (``ClusterEnv.step_round``); dropped at a boundary with no job
-                              queued or running
+                              queued or running (unless it is a reset)
+    last_reset_s []  float32  the last allocation reset (``EnvConfig.round_reset_s`` > 0;
+                              -inf before the first; docs/semantics.md, "Allocation resets")
+    changed      []  bool     a job arrived or finished since the last reset
+    reset        []  bool     the due round is a reset
     """
 
     next_round_s: jax.Array
     due: jax.Array
+    last_reset_s: jax.Array
+    changed: jax.Array
+    reset: jax.Array
 
 
 @struct.dataclass
@@ -278,6 +285,8 @@ class Segments:
                                round to the next (-1: none; Gavel's FIFO: the type it allocated
                                the job), written only from a policy's ``(priority,
                                policy_model)`` (docs/semantics.md, "Policy memory")
+    attained_at_reset_s [J] float32  attained_s at the last allocation reset (0 before the
+                               first): the time received since it is attained_s now minus this
     """
 
     remaining_s: jax.Array
@@ -291,6 +300,7 @@ class Segments:
     waiting_since_s: jax.Array
     rewait_growth: jax.Array
     policy_model: jax.Array
+    attained_at_reset_s: jax.Array
 
 
 @struct.dataclass

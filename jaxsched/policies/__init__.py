@@ -69,6 +69,7 @@ class Scheduler:
         if self.rescheduling and not config.rescheduling:
             changes["resched_interval_s"] = DRR_RESCHED_INTERVAL_S
         changes["round_s"] = (config.round_s or ROUND_S) if self.round_policy else 0.0
+        changes["round_reset_s"] = config.round_reset_s if self.round_policy else 0.0
         return dataclasses.replace(config, **changes)
 
     def bound_policy(self, config):

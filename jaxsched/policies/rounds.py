@@ -36,18 +36,21 @@ class RoundSettings:
     tiresias_promote_knob: tiresias's starvation knob (0: no promotion).
     max_span: the most nodes one job may run on (las: the largest job size is this many
       nodes' GPUs).
+    reset_s: the run's ``round_reset_s`` (0: no allocation resets; gavel-fifo then allocates
+      at every round).
     """
 
     round_s: float
     tiresias_thresholds_gpu_s: tuple
     tiresias_promote_knob: float
     max_span: int
+    reset_s: float = 0.0
 
 
 def settings(config) -> RoundSettings:
     """The ``RoundSettings`` of an ``EnvConfig`` (one with rounds)."""
     return RoundSettings(float(config.round_s), tuple(float(b) for b in config.tiresias_thresholds_gpu_s),
-                         float(config.tiresias_promote_knob), int(config.max_span))
+                         float(config.tiresias_promote_knob), int(config.max_span), float(config.round_reset_s))
 
 
 @functools.lru_cache(maxsize=None)
@@ -251,19 +254,31 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
 def gavel_fifo(params, state, key, env_params):
     """Gavel's FIFO as its code runs (``fifo``, base mode): each GPU job in the system keeps a
     GPU type from its allocation (``gavel_fifo_allocation``, kept in
-    ``segments.policy_model``), and each type's jobs share it round by round by Gavel's
-    priority there, allocation over the fraction of time received: priority[j, m] = 1 /
-    (attained on m + round_s / 2) on its type, -inf elsewhere (held until allocated); CPU-only
-    jobs 1 / (attained_s + round_s / 2) on every model. -> (priority [J, M], allocation [J])."""
+    ``segments.policy_model``; made at every round, or with allocation resets at reset rounds
+    only), and each type's jobs share it round by round by Gavel's priority there, allocation
+    over the fraction of time received: priority[j, m] = 1 / (received + round_s / 2) on its
+    type, -inf elsewhere (held until allocated), ``received`` the job's time on its type
+    since the last reset (since its arrival without resets); CPU-only jobs 1 / (that +
+    round_s / 2) on every model. -> (priority [J, M], allocation [J])."""
     round_settings = _need(params, "gavel-fifo")
-    jobs, cluster = state.jobs, env_params.cluster
+    jobs, cluster, seg = state.jobs, env_params.cluster, state.segments
     workers, _ = model_table(cluster)
     runs_on = ((jobs.model_mask[:, None] >> jnp.arange(len(MODEL_NAMES))) & 1 == 1) & (workers > 0)
-    alloc = gavel_fifo_allocation(state.segments.policy_model, active_jobs(state), jobs.num_gpu, runs_on, workers)
+    alloc = seg.policy_model
+    allocate = lambda a: gavel_fifo_allocation(a, active_jobs(state), jobs.num_gpu, runs_on, workers)  # noqa: E731
+    if round_settings.reset_s > 0:
+        alloc = jax.lax.cond(state.core.rounds.reset, allocate, lambda a: a, alloc)
+        # A job's time on its type since the last reset (0 at a reset round): its total since,
+        # as a FIFO job runs on its allocated type only.
+        received = jnp.where(state.core.rounds.reset, 0.0, attained_now(state)[0] - seg.attained_at_reset_s)
+        on_model = jnp.broadcast_to(received[:, None], (jobs.num_jobs, len(MODEL_NAMES)))
+    else:
+        alloc = allocate(alloc)
+        received, on_model = attained_now(state)[0], attained_by_model_now(state, cluster)
     half_round = jnp.float32(round_settings.round_s / 2)
     on_type = jnp.arange(len(MODEL_NAMES)) == alloc[:, None]  # [J, M]
-    gpu_priority = jnp.where(on_type, 1.0 / (attained_by_model_now(state, cluster) + half_round), -jnp.inf)
-    cpu_priority = 1.0 / (attained_now(state)[0] + half_round)
+    gpu_priority = jnp.where(on_type, 1.0 / (on_model + half_round), -jnp.inf)
+    cpu_priority = 1.0 / (received + half_round)
     priority = jnp.where((jobs.num_gpu > 0)[:, None], gpu_priority, cpu_priority[:, None])
     return priority, alloc
 

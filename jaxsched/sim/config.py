@@ -111,6 +111,11 @@ class EnvConfig:
       preemption, by GPU count: ``restart_overhead_s[i]``, i = how many of the thresholds
       ``restart_above_gpus`` the job's num_gpu exceeds (a number: one constant cost).
     restart_above_gpus: the increasing GPU-count thresholds, one fewer than the costs.
+    round_reset_s: Gavel's allocation resets (``minimum_time_between_allocation_resets``, 1,920
+      s): a round is a *reset* when a job arrived or finished since the last reset and at least
+      this many seconds have passed since it; a reset round is decided even when no job waits,
+      and a round policy may recompute its allocation only there (docs/semantics.md,
+      "Allocation resets"). 0 (default): no resets.
     tiresias_thresholds_gpu_s: the tiresias round policy's queue thresholds, attained
       GPU-seconds, increasing and > 0: m thresholds make m + 1 queues (default Tiresias's
       simulator's three queues, ``[3250, 7200]``). Read by the policy only.
@@ -151,6 +156,7 @@ class EnvConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    round_reset_s: float = 0.0
     tiresias_thresholds_gpu_s: tuple = TIRESIAS_THRESHOLDS_GPU_S
     tiresias_promote_knob: float = 0.0
     walk_slots: int = 512
@@ -241,6 +247,10 @@ class EnvConfig:
             bad("round_s", "rounds need dynamic mode")
         if self.rounds and self.rescheduling:
             bad("round_s", "rounds and rescheduling passes (resched_interval_s > 0) do not mix")
+        if not (isinstance(self.round_reset_s, numbers.Real) and 0 <= self.round_reset_s < np.inf):
+            bad("round_reset_s", "must be a finite number >= 0 (seconds; 0 = no allocation resets)")
+        if self.round_reset_s > 0 and not self.rounds:
+            bad("round_reset_s", "allocation resets need rounds (round_s > 0)")
         if self.rounds and self.track_job_classes:
             bad("track_job_classes", "is not kept with rounds (no round policy reads it)")
 
@@ -252,6 +262,11 @@ class EnvConfig:
     def gangs(self) -> bool:
         """Jobs of k >= 2 whole GPUs may span nodes (``max_span`` > 1)."""
         return self.max_span > 1
+
+    @property
+    def resets(self) -> bool:
+        """Gavel's allocation resets (``round_reset_s`` > 0, with rounds)."""
+        return self.rounds and self.round_reset_s > 0
 
     @property
     def rescheduling(self) -> bool:

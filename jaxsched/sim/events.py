@@ -98,7 +98,7 @@ class EventsMixin:
         left; else a due round with no job queued is dropped (nothing waits: the running jobs
         keep their nodes), and a due round is the decision point; else the end when no event is
         left (docs/semantics.md, "The round clock")."""
-        nothing_waits = core.queue_len == 0
+        nothing_waits = (core.queue_len == 0) & ~core.rounds.reset  # (a reset is always decided)
         due = core.rounds.due & ~(boundary & nothing_waits)
         decision = boundary & due
         measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
@@ -139,9 +139,21 @@ class EventsMixin:
                 due=clock.due | due,
                 next_round_s=jnp.where(due, clock.next_round_s + jnp.float32(self.config.round_s),
                                        clock.next_round_s)))
+            if self.config.resets:
+                core = core.replace(rounds=self._reset_clock(core.rounds, core.time_s, due, completion | arrival))
             return self._check_stop(state, core, params)
         core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), params)
         return core, stop | due
+
+    def _reset_clock(self, clock, t, round_event, job_event):
+        """The allocation-reset bookkeeping of one event (``EnvConfig.round_reset_s`` > 0):
+        an arrival or completion marks the job set changed; a round event is a reset when it
+        changed and ``round_reset_s`` has passed since the last reset (docs/semantics.md,
+        "Allocation resets")."""
+        changed = clock.changed | job_event
+        reset = round_event & changed & (t - clock.last_reset_s >= jnp.float32(self.config.round_reset_s))
+        return clock.replace(changed=changed & ~reset, reset=clock.reset | reset,
+                             last_reset_s=jnp.where(reset, t, clock.last_reset_s))
 
     def _static_stop(self, state: SimState, core: Core):
         """Static mode: a decision point (a job waits) or the end (every job has arrived)?

@@ -126,7 +126,8 @@ class RoundsMixin:
 
     def _round_clock(self, t0) -> RoundClock:
         """The round clock at reset: the first round at t0."""
-        return RoundClock(next_round_s=jnp.asarray(t0, jnp.float32), due=jnp.bool_(False))
+        return RoundClock(next_round_s=jnp.asarray(t0, jnp.float32), due=jnp.bool_(False),
+                          last_reset_s=-INF, changed=jnp.bool_(False), reset=jnp.bool_(False))
 
     def _no_segments(self, jobs: Jobs) -> Segments:
         """Segments at reset: nothing run, all work left."""
@@ -143,6 +144,7 @@ class RoundsMixin:
             waiting_since_s=jnp.full(num_jobs, INF),
             rewait_growth=jnp.float32(0.0),
             policy_model=jnp.full(num_jobs, -1, jnp.int32),
+            attained_at_reset_s=jnp.zeros(num_jobs, jnp.float32),
         )
 
     def restart_cost_s(self, num_gpu):
@@ -202,7 +204,12 @@ class RoundsMixin:
 
     def _decide_round(self, key, state: SimState, priority, params: EnvParams) -> SimState:
         """The round decision (docs/semantics.md, "The round decision") -> the new state, at
-        the same instant."""
+        the same instant. At a reset round each job's attained service is noted first
+        (``segments.attained_at_reset_s``: "Allocation resets")."""
+        if self.config.resets:
+            seg = state.segments
+            noted = jnp.where(state.core.rounds.reset, attained_now(state)[0], seg.attained_at_reset_s)
+            state = state.replace(segments=seg.replace(attained_at_reset_s=noted))
         walk, running0, queued0 = self._round_walk(key, state, priority, params)
         return self._apply_round(state, params, walk, running0, queued0)
 
@@ -587,6 +594,7 @@ class RoundsMixin:
             waiting_since_s=jnp.where(started, INF, jnp.where(closing, t, seg.waiting_since_s)),
             rewait_growth=seg.rewait_growth + ordered_sum(jnp.where(rewaited, rewait, 0.0)),
             policy_model=seg.policy_model,
+            attained_at_reset_s=seg.attained_at_reset_s,
         )
 
         # The running ring, sorted by (end, index), and the queue, by index.
@@ -607,7 +615,7 @@ class RoundsMixin:
             queue_len=queued.sum(dtype=jnp.int32),
             acc=core.acc.replace(decisions=core.acc.decisions + 1,
                                  running_full=core.acc.running_full | walk.full_seen),
-            rounds=core.rounds.replace(due=jnp.bool_(False)),
+            rounds=core.rounds.replace(due=jnp.bool_(False), reset=jnp.bool_(False)),
         )
         return state.replace(
             core=core,

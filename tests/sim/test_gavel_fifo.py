@@ -1,7 +1,8 @@
-"""``gavel-fifo``, Gavel's FIFO as its code runs (docs/semantics.md, "Policy memory" and
-"Gavel's FIFO, read for gavel-fifo"): its allocation by hand, over-subscription and the
-leftover type included, and its episodes job by job against the reference, the allocation
-kept between rounds as the policy's memory (its episodes against the reference on random
+"""``gavel-fifo``, Gavel's FIFO as its code runs (docs/semantics.md, "Policy memory",
+"Allocation resets" and "Gavel's FIFO, read for gavel-fifo"): its allocation by hand,
+over-subscription and the leftover type included, an episode with and without allocation
+resets by hand, and its episodes job by job against the reference, the allocation kept
+between rounds as the policy's memory (its episodes against the reference on random
 clusters: ``tests/sim/test_las_perf.py``, with the other per-model policy)."""
 
 from __future__ import annotations
@@ -86,3 +87,24 @@ def test_an_episode_by_hand_in_both_simulators():
     assert start[[0, 1, 2, 3, 4]].tolist() == [0, 0, 100, 100, 300] and end[3] == 150 and end[4] == 350
     assert node[4] == 2 and (node[:4] <= 1).all()
     assert (np.asarray(state.segments.preemptions)[:2] >= 1).all()  # time-shared with j2 and j3
+
+
+def test_allocation_resets_by_hand_in_both_simulators():
+    """Two V100s, rounds of 100 s. j0 (1,000 s of work) arrives at 0, j1 (100 s) at 50.
+    Without resets j1 is allocated at the next round and runs 100 to 200; 2 rounds decided (0
+    and 100). With resets every 250 s or more: 0 is a reset (j0 arrived); at 100 and 200 only
+    100 and 200 s have passed since it, so j1 stays unallocated (held) until the reset
+    at 300 and runs 300 to 400; j1's end at 400 changes the job set, and the next round 250 s
+    after the reset at 300, 600, is a reset too, decided although nothing waits: 5 rounds
+    decided (0, 100, 200, 300, 600). j0 runs 0 to 1,000 either way."""
+    nodes = cl.NodeTable(names=("v0", "v1"), model=np.asarray([V100, V100], np.int32), num_gpus=np.ones(2, np.int32),
+                         cpu_milli=np.full(2, 8000, np.int32), mem_mib=np.full(2, 32768, np.int32))
+    jobs = jobs_from_numpy(arrival_s=[0, 50], work_s=[1000, 100], num_gpu=[1, 1], gpu_milli=[1000] * 2,
+                           cpu_milli=[0] * 2, mem_mib=[0] * 2)
+    for reset_s, start1, decisions in ((0.0, 100.0, 2), (250.0, 300.0, 5)):
+        env = tp.round_env({"round_s": 100.0, "round_reset_s": reset_s}, tie_break="identity")
+        state, metrics, ref = tp.run_both(env, "gavel-fifo", cl.to_cluster(nodes), jobs, seed=0)
+        tp.assert_same_rounds(state, metrics, ref)
+        assert np.asarray(state.start_s).tolist() == [0.0, start1]
+        assert np.asarray(state.end_s).tolist() == [1000.0, start1 + 100.0]
+        assert metrics["decisions"] == ref["metrics"]["decisions"] == decisions

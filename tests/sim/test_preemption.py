@@ -218,7 +218,10 @@ def test_rounds_refuse_flat_steps_and_bad_settings_name_the_field():
                             ({"round_s": 10.0, "resched_interval_s": 60.0}, "round_s"),
                             ({"tiresias_thresholds_gpu_s": (7200.0, 3250.0)}, "tiresias_thresholds_gpu_s"),
                             ({"tiresias_thresholds_gpu_s": (-1.0,)}, "tiresias_thresholds_gpu_s"),
-                            ({"tiresias_promote_knob": -0.5}, "tiresias_promote_knob")):
+                            ({"tiresias_promote_knob": -0.5}, "tiresias_promote_knob"),
+                            ({"round_s": 10.0, "round_reset_s": -1.0}, "round_reset_s"),
+                            ({"round_s": 10.0, "round_reset_s": float("inf")}, "round_reset_s"),
+                            ({"round_reset_s": 1920.0}, "round_reset_s")):
         with pytest.raises(ValueError, match=f"EnvConfig.{field}"):
             EnvConfig(**settings)
     config = EnvConfig(restart_overhead_s=[40.0, 60.0], restart_above_gpus=[8])  # a TOML array
