@@ -78,6 +78,9 @@ class RefConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    # Rounds that end when their last running job does, at most round_s (Gavel's; with no job
+    # running, at the next arrival): semantics.md, "The round clock".
+    round_ends_early: bool = False
     # Gavel's allocation resets (semantics.md, "Allocation resets"): a round is a reset when a
     # job arrived or finished since the last one and round_reset_s has passed (0: none).
     round_reset_s: float = 0.0
@@ -138,7 +141,7 @@ class RefConfig:
 
 # RefConfig's settings of rounds (RefConfig.like leaves them off when a config lacks them).
 ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus", "tiresias_thresholds_gpu_s",
-                  "tiresias_promote_knob", "round_reset_s")
+                  "tiresias_promote_knob", "round_reset_s", "round_ends_early")
 
 
 class _Job(NamedTuple):
@@ -753,7 +756,19 @@ class ReferenceSim:
         if memory is not None:
             self.policy_model = [int(m) for m in memory]
         self.round_due = self.reset_due = False
+        if self.config.round_ends_early:
+            self.next_round_s = self._round_end()
         self._advance()
+
+    def _round_end(self) -> np.float32:
+        """round_ends_early: the round starting now ends when its last running job does, at
+        most round_s on; with no job running, at the next arrival (round_s on if none)."""
+        full = np.float32(self.time_s + np.float32(self.config.round_s))
+        if self.running:
+            return min(full, max(end for end, _ in self.running))
+        if self.next_arrival < self.J_valid:
+            return np.float32(self.jobs[self.next_arrival].arrival_s)
+        return full
 
     def _allocate_round(self, priority: np.ndarray) -> None:
         """Held running jobs are preempted; then the queued and running jobs (with per-model
@@ -967,6 +982,8 @@ class ReferenceSim:
                     return
                 if self.round_due and not self.queue and not self.reset_due:
                     self.round_due = False  # nothing waits: nothing to decide (a reset is decided)
+                    if self.config.round_ends_early:
+                        self.next_round_s = self._round_end()
                 if self._is_decision_point() or self.round_due:
                     return
                 if no_event_left:

@@ -11,13 +11,15 @@ are drawn beside them and compared in ``vs_gavel.csv``.
 Gavel's simulator's rules (``--rules gavel``, the default, as configs/gavel.toml has them): a
 job of s GPUs runs at its throughput on one server of s GPUs although Gavel's servers hold one
 GPU each (``workload.gavel.gang_speed = "consolidated"``), and on one GPU type
-(``env.gang_one_model``). ``--rules physical``: at Gavel's measured spread-over-servers
-throughput, a gang free to mix GPU types (then at its slowest GPU's speed). Single-GPU jobs
-run the same under both. Under Gavel's rules ``las``, Gavel's heterogeneity-agnostic LAS,
-runs each job at its mean speed over the GPU types (``workload.gavel.agnostic_speed``): Gavel's
-round shuffles the order of the GPU types every round, so a job's type is drawn afresh each
-round; under the physical rules ``las`` places first-fit, the V100s first. ``gavel-fifo``
-allocates at Gavel's resets (``env.round_reset_s`` = 1,920 s).
+(``env.gang_one_model``), and its rounds end when their last running job does
+(``env.round_ends_early``). ``--rules physical``: at Gavel's measured spread-over-servers
+throughput, a gang free to mix GPU types (then at its slowest GPU's speed), rounds every
+360 s. Single-GPU jobs under ``fifo`` run the same under both. Under Gavel's rules ``las``,
+Gavel's heterogeneity-agnostic LAS, runs each job at its mean speed over the GPU types
+(``workload.gavel.agnostic_speed``): Gavel's round shuffles the order of the GPU types every
+round, so a job's type is drawn afresh each round; under the physical rules ``las`` places
+first-fit, the V100s first. ``gavel-fifo`` allocates at Gavel's resets (``env.round_reset_s``
+= 1,920 s).
 
 Each point (rules, workload, scheduler, rate) runs ``--seeds`` streams as one vmapped batch through
 ``evaluate.run_scheduler`` (the rollout of every scheduler): episode i is stream i of
@@ -37,7 +39,7 @@ Writes, under ``--out`` (results/gavel):
   per_seed.csv  one row per seed (rules, workload, scheduler, rate_per_h, seed): jct_h, measured_finished, done, ended_after_arrivals (measured
                 jobs that ended after the last arrival), ran_out (one did), dropped
   jct_vs_rate.png  JCT against rate, one panel per workload (Figure 8), with Gavel's
-                printed curves (seed 0) as stars; the physical rules' multi-GPU rows dotted
+                printed curves (seed 0) as stars; the physical rules' rows dotted
   vs_gavel.csv  every printed point jaxsched has run under Gavel's rules: workload,
                 scheduler, rate_per_h, gavel_h (printed), jct_mean_h, diff (jaxsched over
                 Gavel, - 1), p5_h, p95_h, within_10pct, printed_in_p5_p95
@@ -90,7 +92,8 @@ GAVEL_PRINTED = {
 GAVEL_COMMIT = "2d8e076"
 Y_MAX_H = 150.0  # the plot's JCT axis, as Figure 8 cuts it off near saturation
 # The gang rules: Gavel's simulator's (configs/gavel.toml) or the physical variant.
-RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.gang_one_model=false")}
+RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.gang_one_model=false",
+                                   "env.round_ends_early=false")}
 # Under Gavel's rules, its heterogeneity-agnostic policies: the round shuffles the GPU types'
 # order every round, so a job's time spreads over the types (workload.gavel.agnostic_speed).
 AGNOSTIC = ("las",)
@@ -179,7 +182,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             for rules, style in (("gavel", "-"), ("physical", ":")):
                 rows = table[(table.rules == rules) & (table.workload == workload)
                              & (table.scheduler == sched)].sort_values("rate_per_h")
-                if len(rows) and not (rules == "physical" and workload == "single"):  # (the same jobs)
+                if len(rows):
                     ax.errorbar(rows.rate_per_h, rows.jct_mean_h, yerr=rows.jct_ci_h, marker="o", ms=3,
                                 capsize=2, color=colour, ls=style, alpha=1.0 if rules == "gavel" else 0.5,
                                 label=f"jaxsched {sched}" + (" (physical)" if rules == "physical" else ""))

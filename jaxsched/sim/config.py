@@ -111,6 +111,10 @@ class EnvConfig:
       preemption, by GPU count: ``restart_overhead_s[i]``, i = how many of the thresholds
       ``restart_above_gpus`` the job's num_gpu exceeds (a number: one constant cost).
     restart_above_gpus: the increasing GPU-count thresholds, one fewer than the costs.
+    round_ends_early: a round lasts until the last job running in it finishes, at most
+      ``round_s`` (Gavel's simulator: a round ends when its micro-tasks do), and with no job
+      running the next round is at the next arrival (docs/semantics.md, "The round clock").
+      False (default): rounds every ``round_s``.
     round_reset_s: Gavel's allocation resets (``minimum_time_between_allocation_resets``, 1,920
       s): a round is a *reset* when a job arrived or finished since the last reset and at least
       this many seconds have passed since it; a reset round is decided even when no job waits,
@@ -156,6 +160,7 @@ class EnvConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    round_ends_early: bool = False
     round_reset_s: float = 0.0
     tiresias_thresholds_gpu_s: tuple = TIRESIAS_THRESHOLDS_GPU_S
     tiresias_promote_knob: float = 0.0
@@ -249,6 +254,8 @@ class EnvConfig:
             bad("round_s", "rounds and rescheduling passes (resched_interval_s > 0) do not mix")
         if not (isinstance(self.round_reset_s, numbers.Real) and 0 <= self.round_reset_s < np.inf):
             bad("round_reset_s", "must be a finite number >= 0 (seconds; 0 = no allocation resets)")
+        if not isinstance(self.round_ends_early, bool):
+            bad("round_ends_early", "must be true or false")
         if self.round_reset_s > 0 and not self.rounds:
             bad("round_reset_s", "allocation resets need rounds (round_s > 0)")
         if self.rounds and self.track_job_classes:

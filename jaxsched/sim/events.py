@@ -83,7 +83,7 @@ class EventsMixin:
         t_next = self._next_event_time(core, state.jobs)
         boundary = t_next > core.time_s
         if self.config.rounds:
-            return self._check_round_stop(core, t_next, boundary)
+            return self._check_round_stop(core, t_next, boundary, state.jobs)
         if self.config.reserving:  # first the reservation (the loop stops for it), then the rest
             due, _ = self._reservation_due(state, core, boundary & ~core.resched_due)
             core = core.replace(resv_due=due)
@@ -93,18 +93,32 @@ class EventsMixin:
         finished = boundary & (((t_next == INF) & ~decision) | measured_left)
         return core.replace(done=core.done | finished), decision | finished | core.resv_due
 
-    def _check_round_stop(self, core: Core, t_next, boundary):
+    def _check_round_stop(self, core: Core, t_next, boundary, jobs: Jobs):
         """``_check_stop`` with rounds: at a boundary, the end once every measured job has
         left; else a due round with no job queued is dropped (nothing waits: the running jobs
-        keep their nodes), and a due round is the decision point; else the end when no event is
-        left (docs/semantics.md, "The round clock")."""
+        keep their nodes; with ``round_ends_early`` the next round moves to where this one
+        ends), and a due round is the decision point; else the end when no event is left
+        (docs/semantics.md, "The round clock")."""
         nothing_waits = (core.queue_len == 0) & ~core.rounds.reset  # (a reset is always decided)
-        due = core.rounds.due & ~(boundary & nothing_waits)
+        dropped = core.rounds.due & boundary & nothing_waits
+        due = core.rounds.due & ~dropped
         decision = boundary & due
         measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
         finished = boundary & (((t_next == INF) & ~decision) | measured_left)
-        core = core.replace(done=core.done | finished, rounds=core.rounds.replace(due=due))
+        clock = core.rounds.replace(due=due)
+        if self.config.round_ends_early:
+            clock = clock.replace(next_round_s=jnp.where(dropped, self._round_end(core, jobs), clock.next_round_s))
+        core = core.replace(done=core.done | finished, rounds=clock)
         return core, decision | finished
+
+    def _round_end(self, core: Core, jobs: Jobs):
+        """``round_ends_early``: when the round that starts now ends, Gavel's way: when the
+        last job running in it finishes, at most ``round_s`` on; with no job running, at the
+        next arrival (or ``round_s`` on, when none is left)."""
+        full = core.time_s + jnp.float32(self.config.round_s)
+        latest = jnp.where(core.run_job >= 0, core.run_end_s, -INF).max()
+        arrival = self._next_arrival_time(core, jobs)
+        return jnp.where(core.num_running > 0, jnp.minimum(full, latest), jnp.where(arrival < INF, arrival, full))
 
     def _dynamic_turn(self, state: SimState, core: Core, params: EnvParams, active=True):
         """One loop turn (never at a stop; ``active`` False: no turn, nothing changes): move

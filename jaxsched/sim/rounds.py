@@ -617,6 +617,8 @@ class RoundsMixin:
                                  running_full=core.acc.running_full | walk.full_seen),
             rounds=core.rounds.replace(due=jnp.bool_(False), reset=jnp.bool_(False)),
         )
+        if cfg.round_ends_early:  # the round ends when its last running job does (at most round_s)
+            core = core.replace(rounds=core.rounds.replace(next_round_s=self._round_end(core, jobs)))
         return state.replace(
             core=core,
             outcome=jnp.where(started, OUTCOME_PLACED, state.outcome),

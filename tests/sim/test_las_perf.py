@@ -50,7 +50,8 @@ PER_MODEL_CASES = [  # (the per-model round policy, {env settings}, job sizes)
              id="las-perf-measure-running-cap"),
     # gavel-fifo (tests/sim/test_gavel_fifo.py): its allocation kept between rounds
     pytest.param("gavel-fifo", {"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True,
-                                "round_reset_s": 75.0}, GANG_SIZES, id="gavel-fifo-gangs-one-model-resets"),
+                                "round_reset_s": 75.0, "round_ends_early": True}, GANG_SIZES,
+                 id="gavel-fifo-gangs-one-model-resets-early-ends"),
     extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4),
              id="gavel-fifo-slots-4"),
 ]

@@ -204,6 +204,19 @@ def test_rounds_conserve_work_and_resources_in_the_env(policy, one_model, cluste
     assert (np.asarray(seg.remaining_s) <= np.asarray(jobs.work_s) * (1 + 1e-6)).all()
 
 
+@pytest.mark.parametrize("early, starts", [(False, [0.0, 100.0, 300.0]), (True, [0.0, 30.0, 230.0])])
+def test_rounds_that_end_early_by_hand_in_both_simulators(early, starts):
+    """One GPU, rounds of 100 s, las. j0 (30 s of work) at 0, j1 (50 s) at 10, j2 (10 s) at
+    230. Rounds every 100 s: j1 starts at 100, j2 at 300. Ending early (Gavel's rounds): the
+    round at 0 ends when j0 does, at 30, where j1 starts; that round ends at 80 with j1; with
+    nothing running the next round is at the next arrival, 230, where j2 starts."""
+    cluster, jobs = one_gpu_nodes(1), make_jobs([gpu_job(0, 30), gpu_job(10, 50), gpu_job(230, 10)])
+    env = round_env({"round_s": 100.0, "round_ends_early": early}, tie_break="identity")
+    state, metrics, ref = run_both(env, "las", cluster, jobs, seed=0)
+    assert_same_rounds(state, metrics, ref)
+    assert np.asarray(state.start_s).tolist() == starts
+
+
 def test_rounds_refuse_flat_steps_and_bad_settings_name_the_field():
     env = round_env({"round_s": 10.0})
     with pytest.raises(ValueError, match="step_round"):
@@ -221,7 +234,8 @@ def test_rounds_refuse_flat_steps_and_bad_settings_name_the_field():
                             ({"tiresias_promote_knob": -0.5}, "tiresias_promote_knob"),
                             ({"round_s": 10.0, "round_reset_s": -1.0}, "round_reset_s"),
                             ({"round_s": 10.0, "round_reset_s": float("inf")}, "round_reset_s"),
-                            ({"round_reset_s": 1920.0}, "round_reset_s")):
+                            ({"round_reset_s": 1920.0}, "round_reset_s"),
+                            ({"round_s": 10.0, "round_ends_early": 1}, "round_ends_early")):
         with pytest.raises(ValueError, match=f"EnvConfig.{field}"):
             EnvConfig(**settings)
     config = EnvConfig(restart_overhead_s=[40.0, 60.0], restart_above_gpus=[8])  # a TOML array
