@@ -984,6 +984,7 @@ class ReferenceSim:
                     self.round_due = False  # nothing waits: nothing to decide (a reset is decided)
                     if self.config.round_ends_early:
                         self.next_round_s = self._round_end()
+                        t_next = self._next_event_s()  # (the round moved)
                 if self._is_decision_point() or self.round_due:
                     return
                 if no_event_left:
@@ -1742,7 +1743,10 @@ def max_min_shares(sizes: list, gpus: int) -> list:
 def _las_priority(sim: ReferenceSim) -> list:
     """las, Gavel's LAS: a job's max-min fair share of time (CPU-only jobs: 1) over the time it
     has received (wall seconds held, plus Gavel's head start of half a round); 0 for jobs not
-    in the system (not read)."""
+    in the system (not read). With allocation resets: the shares of the jobs in the system at
+    the last reset, the time received since it, -inf for a job that arrived since."""
+    if sim.config.round_reset_s > 0:
+        return _las_priority_with_resets(sim)
     gpu_jobs = [j for j in _in_system(sim) if sim.jobs[j].num_gpu > 0]
     shares = {j: np.float32(1) for j in _in_system(sim)}
     shares.update(zip(gpu_jobs, max_min_shares([sim.jobs[j].num_gpu for j in gpu_jobs],
@@ -1750,6 +1754,27 @@ def _las_priority(sim: ReferenceSim) -> list:
     head_start = np.float32(sim.config.round_s / 2)
     return [np.float32(shares[j] / np.float32(sim.attained_now(j)[0] + head_start)) if j in shares
             else np.float32(0) for j in range(sim.J)]
+
+
+def _las_priority_with_resets(sim: ReferenceSim) -> list:
+    """las with allocation resets (semantics.md, "Allocation resets"): the jobs in the system
+    at the last reset R (arrived by R; still in the system or finished after R) share by
+    max-min as las does; priority = share / (time received since R + half a round), 0 at the
+    reset round itself; -inf for the rest."""
+    last = sim.last_reset_s
+    in_system = set(_in_system(sim))
+    at_reset = [j for j in range(sim.J_valid) if sim.jobs[j].arrival_s <= last
+                and (j in in_system or (np.isfinite(sim.end_s[j]) and sim.end_s[j] > last))]
+    gpu_jobs = [j for j in at_reset if sim.jobs[j].num_gpu > 0]
+    shares = {j: np.float32(1) for j in at_reset}
+    shares.update(zip(gpu_jobs, max_min_shares([sim.jobs[j].num_gpu for j in gpu_jobs],
+                                                sum(len(g) for g in sim.gpus_of))))
+    head_start = np.float32(sim.config.round_s / 2)
+    out = [np.float32(-np.inf)] * sim.J
+    for j in shares:
+        received = np.float32(0) if sim.reset_due else np.float32(sim.attained_now(j)[0] - sim.attained_at_reset_s[j])
+        out[j] = np.float32(shares[j] / np.float32(received + head_start))
+    return out
 
 
 def _las_perf_priority(sim: ReferenceSim) -> np.ndarray:

@@ -18,8 +18,8 @@ throughput, a gang free to mix GPU types (then at its slowest GPU's speed), roun
 Gavel's heterogeneity-agnostic LAS, runs each job at its mean speed over the GPU types
 (``workload.gavel.agnostic_speed``): Gavel's round shuffles the order of the GPU types every
 round, so a job's type is drawn afresh each round; under the physical rules ``las`` places
-first-fit, the V100s first. ``gavel-fifo`` allocates at Gavel's resets (``env.round_reset_s``
-= 1,920 s).
+first-fit, the V100s first. ``gavel-fifo`` and ``las`` allocate at Gavel's resets
+(``env.round_reset_s`` = 1,920 s).
 
 Each point (rules, workload, scheduler, rate) runs ``--seeds`` streams as one vmapped batch through
 ``evaluate.run_scheduler`` (the rollout of every scheduler): episode i is stream i of
@@ -97,9 +97,10 @@ RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.ga
 # Under Gavel's rules, its heterogeneity-agnostic policies: the round shuffles the GPU types'
 # order every round, so a job's time spreads over the types (workload.gavel.agnostic_speed).
 AGNOSTIC = ("las",)
-# Gavel's allocation resets (its minimum_time_between_allocation_resets, seconds): read by
-# gavel-fifo (las and las-perf recompute their allocation every round).
+# Gavel's allocation resets (its minimum_time_between_allocation_resets, seconds), for the
+# policies that read them (las-perf still recomputes its allocation every round).
 RESET_S = 1920.0
+WITH_RESETS = ("gavel-fifo", "las")
 TABLE_COLUMNS = ["rules", "workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
                  "p5_h", "p95_h", "ran_out", "wall_s"]
 
@@ -110,8 +111,8 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
     """configs/gavel.toml under ``rules`` (``RULES``) at ``rate`` jobs/h, single- or multi-GPU
     jobs, Gavel's measurement window, ``seeds`` episodes (the first streams of ``eval.seed`` =
     ``seed``) in one batch, rounds of ``ROUND_S`` with no restart cost (read by round policies
-    only); under Gavel's rules ``las`` at the types' mean speed (``AGNOSTIC``) and
-    ``gavel-fifo`` with Gavel's allocation resets (``RESET_S``). The running set holds one job more than the cluster has GPUs:
+    only); under Gavel's rules ``las`` at the types' mean speed (``AGNOSTIC``), and
+    ``gavel-fifo`` and ``las`` with Gavel's allocation resets (``RESET_S``). The running set holds one job more than the cluster has GPUs:
     every Gavel job takes at least one whole GPU, so the set is never full (a full set would
     skip a queued job's turn at a round, though it could preempt) and stays small (its ring is
     sorted every round); the queue holds every job. The step cap counts rounds for ``las``: the stream's span in
@@ -122,7 +123,7 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
     span_rounds = num_jobs / min(rate, *RATES[workload]) * 3600.0 / ROUND_S
     gpus = sum(count * per_node for _, count, per_node in cfg_lib.load(CONFIG).cluster.node_groups)
     agnostic = ("workload.gavel.agnostic_speed=true",) if rules == "gavel" and scheduler in AGNOSTIC else ()
-    resets = (f"env.round_reset_s={RESET_S}",) if rules == "gavel" and scheduler == "gavel-fifo" else ()
+    resets = (f"env.round_reset_s={RESET_S}",) if rules == "gavel" and scheduler in WITH_RESETS else ()
     return cfg_lib.load(CONFIG, [
         *RULES[rules], *agnostic, *resets, f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
         f"workload.gavel.multi_gpu={'true' if workload == 'multi' else 'false'}",

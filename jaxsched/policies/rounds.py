@@ -123,16 +123,33 @@ def max_min_share(num_gpu, active, total_gpus, max_job_gpus: int):
     return jnp.where(short.any() & (sizes > 0), share, 1.0)
 
 
+def in_system_at_last_reset(state):
+    """[J] bool: the jobs that were in the system (queued or running) at the last allocation
+    reset R: arrived by R and still in the system now, or finished after R."""
+    last_reset, end_s = state.core.rounds.last_reset_s, state.end_s
+    arrived = state.jobs.valid & (state.jobs.arrival_s <= last_reset)
+    return arrived & (active_jobs(state) | (jnp.isfinite(end_s) & (end_s > last_reset)))
+
+
 def las(params, state, key):
     """Gavel's LAS (heterogeneity-agnostic max-min fairness, one GPU type): priority =
     x / (attained_s + round_s / 2), the max-min fair share of time over the time received
-    (wall seconds held, with Gavel's head start of half a round). docs/semantics.md,
-    "Round policies"."""
+    (wall seconds held, with Gavel's head start of half a round). With allocation resets
+    (``RoundSettings.reset_s`` > 0) the share is the one of the jobs in the system at the last
+    reset (``in_system_at_last_reset``), the time is received since it (0 at a reset round),
+    and a job that arrived since waits, held, for the next reset. docs/semantics.md, "Round
+    policies"."""
     round_settings = _need(params, "las")
     attained_s = attained_now(state)[0]
-    share = max_min_share(state.jobs.num_gpu, active_jobs(state), cluster_gpus(state),
-                          round_settings.max_span * state.core.free_milli.shape[-1])
-    return share / (attained_s + jnp.float32(round_settings.round_s / 2))
+    half_round = jnp.float32(round_settings.round_s / 2)
+    max_job_gpus = round_settings.max_span * state.core.free_milli.shape[-1]
+    if round_settings.reset_s > 0:
+        allocated = in_system_at_last_reset(state)
+        share = max_min_share(state.jobs.num_gpu, allocated, cluster_gpus(state), max_job_gpus)
+        received = jnp.where(state.core.rounds.reset, 0.0, attained_s - state.segments.attained_at_reset_s)
+        return jnp.where(allocated, share / (received + half_round), -jnp.inf)
+    share = max_min_share(state.jobs.num_gpu, active_jobs(state), cluster_gpus(state), max_job_gpus)
+    return share / (attained_s + half_round)
 
 
 def model_table(cluster):
