@@ -90,6 +90,7 @@ GAVEL_PRINTED = {
     ("multi", "las-perf"): {0.2: 18.55, 1.0: 18.54, 1.6: 19.12, 2.0: 21.90, 2.4: 30.03, 2.6: 36.44, 2.8: 55.78},
 }
 GAVEL_COMMIT = "2d8e076"
+GAVEL_NAMES = {"gavel-fifo": "FIFO", "las": "LAS", "las-perf": "Gavel-LAS"}  # its figures' labels
 Y_MAX_H = 150.0  # the plot's JCT axis, as Figure 8 cuts it off near saturation
 # The gang rules: Gavel's simulator's (configs/gavel.toml) or the physical variant.
 RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.gang_one_model=false",
@@ -190,7 +191,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             printed = GAVEL_PRINTED.get((workload, sched), {})
             if printed:
                 ax.plot(list(printed), list(printed.values()), "*--", ms=10, lw=0.8, color=colour,
-                        markeredgecolor="k", label=f"Gavel {sched} (printed)")
+                        markeredgecolor="k", label=f"Gavel's {GAVEL_NAMES[sched]} (printed, {GAVEL_COMMIT})")
         ax.set_title(f"continuous-{workload}")
         ax.set_xlabel("input job rate (jobs/hour)")
         ax.set_ylabel("average JCT (hours)")
