@@ -1784,12 +1784,11 @@ def _las_perf_priority(sim: ReferenceSim) -> np.ndarray:
     a round); -inf where it may not run; CPU-only jobs as las with share 1 on every model.
     [J, M] float32 (rows of jobs not in the system are not read)."""
     num_models = len(MODEL_NAMES)
-    workers = [0] * num_models
+    workers = _model_workers(sim)
     speed = [[np.float32(0)] * sim.T for _ in range(num_models)]
     for n in range(sim.N):
         if sim.node_valid[n] and sim.gpus_of[n]:
             m = sim.gpu_model[n]
-            workers[m] += len(sim.gpus_of[n])
             speed[m] = [max(a, b) for a, b in zip(speed[m], sim.type_speed[n])]
     in_system = _in_system(sim)
     gpu_jobs = [j for j in in_system if sim.jobs[j].num_gpu > 0]

@@ -208,7 +208,8 @@ class RoundsMixin:
         (``segments.attained_at_reset_s``: "Allocation resets")."""
         if self.config.resets:
             seg = state.segments
-            noted = jnp.where(state.core.rounds.reset, attained_now(state)[0], seg.attained_at_reset_s)
+            noted = jax.lax.cond(state.core.rounds.reset, lambda: attained_now(state)[0],  # (reset rounds only)
+                                 lambda: seg.attained_at_reset_s)
             state = state.replace(segments=seg.replace(attained_at_reset_s=noted))
         walk, running0, queued0 = self._round_walk(key, state, priority, params)
         return self._apply_round(state, params, walk, running0, queued0)
