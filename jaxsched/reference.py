@@ -1830,13 +1830,31 @@ def _gavel_draw(job: int, count: int) -> int:
     return ((job * 2654435761) % 2**32 >> 16) % count
 
 
+def _fits_model_when_empty(sim: ReferenceSim, j: int, m: int) -> bool:
+    """Job j fits the empty cluster on nodes of GPU model id m alone: one such node holds all
+    of it, or (a gang) its max_span such nodes of the most capacity hold its GPUs together."""
+    job = sim.jobs[j]
+    if not _model_allowed(job.model_mask, m):
+        return False
+    nodes = [n for n in range(sim.N) if sim.node_valid[n] and sim.gpu_model[n] == m]
+
+    def most_gpus(n):  # the most whole GPUs of empty node n whose share of the job's CPU and memory fits
+        k = job.num_gpu
+        return max((g for g in range(len(sim.gpus_of[n]) + 1)
+                    if -(-job.cpu_milli * g // k) <= sim.cpu_cap[n] and -(-job.mem_mib * g // k) <= sim.mem_cap[n]),
+                   default=0)
+    if job.num_gpu >= 2 and sim.config.max_span > 1:
+        return sum(sorted((most_gpus(n) for n in nodes), reverse=True)[:sim.config.max_span]) >= job.num_gpu
+    return any(_job_fits(job, m, sim.cpu_cap[n], sim.mem_cap[n], [GPU_MILLI] * len(sim.gpus_of[n])) for n in nodes)
+
+
 def _gavel_fifo_allocate(sim: ReferenceSim, alloc: list) -> list:
     """Gavel's FIFO allocation, base mode (semantics.md, "Gavel's FIFO, read for gavel-fifo"):
     the allocation ``alloc`` (a model id per job, -1: none) after this round's call."""
     alloc = list(alloc)
     workers = _model_workers(sim)
     in_system = set(_in_system(sim))
-    runs_on = lambda j, m: workers[m] > 0 and _model_allowed(sim.jobs[j].model_mask, m)  # noqa: E731
+    runs_on = lambda j, m: workers[m] > 0 and _fits_model_when_empty(sim, j, m)  # noqa: E731
     queue = [j for j in sorted(in_system) if alloc[j] < 0 and sim.jobs[j].num_gpu > 0]
     avail = list(workers)
     for j in [j for j in range(sim.J) if alloc[j] >= 0]:  # by index
@@ -1858,8 +1876,9 @@ def _gavel_fifo_allocate(sim: ReferenceSim, alloc: list) -> list:
         if not room:
             break
         drawn = _gavel_draw(j, len(room))
-        w = listed[-1]  # Gavel's loop variable, left over from listing the models with room
-        if runs_on(j, w):
+        its = [m for m in listed if runs_on(j, m)]
+        if its:
+            w = its[-1]  # Gavel's leftover loop variable (its jobs run on every model)
             alloc[j] = w
             avail[w] -= size
             if avail[w] == 0:

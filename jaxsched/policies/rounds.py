@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxsched.cluster import MODEL_NAMES
 from jaxsched.max_min_lp import allocation_in_jit
+from jaxsched.sim.gangs import fits_each_model_when_empty
 from jaxsched.sim.reduce import nonzero_indices
 from jaxsched.sim.rounds import attained_by_model_now, attained_now, mark_jobs, remaining_now
 from jaxsched.types import GPU_MILLI
@@ -210,7 +211,7 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
 
     alloc [J] int32 the GPU model id each job was allocated (-1: none), in_system [J] bool,
     num_gpu [J] int32 (jobs of 0 GPUs are never allocated), runs_on [J, M] bool the job may
-    run on the model, workers [M] int32 the model's GPUs.
+    run on the model (its mask allows it and the model's nodes hold it), workers [M] int32 the model's GPUs.
     1. Walk the allocated jobs by index with avail = workers: a job still in the system takes
        its GPUs from avail; a finished one hands its model to the head of the queue (the
        unallocated GPU jobs in the system, by index) if the head fits avail there and runs on
@@ -218,7 +219,8 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
     2. The list: models with avail > 0, in Gavel's order (``GAVEL_TYPE_ORDER``). Each queued
        job in turn, while the list is not empty: the list's models with avail >= its GPUs
        (none: stop) and a draw i among them (``gavel_pick``); the job gets the list's *last*
-       model w (Gavel's leftover loop variable) if it runs there, avail[w] drops by its GPUs,
+       model w it runs on (Gavel's leftover loop variable: Gavel's jobs run on every model)
+       if there is one (else it waits and the walk goes on), avail[w] drops by its GPUs,
        and when avail[w] reaches 0 exactly the i-th model with room leaves the list (not
        necessarily w, which then stays, over-subscribed)."""
     num_jobs, num_models = runs_on.shape
@@ -258,8 +260,9 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
         room_in_order = room[order]
         i = gavel_pick(h, jnp.maximum(room.sum(), 1))
         drawn = order[jnp.argmax(room_in_order & (jnp.cumsum(room_in_order) - 1 == i))]
-        w = order[jnp.argmax(jnp.where(listed[order], rank[order], -1))]  # the list's last model
-        ok = ~stop & runs_on[h, w]
+        its = listed & runs_on[h]
+        w = order[jnp.argmax(jnp.where(its[order], rank[order], -1))]  # the list's last model it runs on
+        ok = ~stop & its.any()
         alloc = alloc.at[h].set(jnp.where(ok, w, alloc[h]))
         avail = avail.at[w].add(jnp.where(ok, -num_gpu[h], 0))
         listed = listed.at[drawn].set(listed[drawn] & ~(ok & (avail[w] == 0)))
@@ -280,9 +283,12 @@ def gavel_fifo(params, state, key, env_params):
     round_settings = _need(params, "gavel-fifo")
     jobs, cluster, seg = state.jobs, env_params.cluster, state.segments
     workers, _ = model_table(cluster)
-    runs_on = ((jobs.model_mask[:, None] >> jnp.arange(len(MODEL_NAMES))) & 1 == 1) & (workers > 0)
     alloc = seg.policy_model
-    allocate = lambda a: gavel_fifo_allocation(a, active_jobs(state), jobs.num_gpu, runs_on, workers)  # noqa: E731
+
+    def allocate(alloc):  # a job runs on a model that can hold it (Gavel's servers hold any job)
+        runs_on = fits_each_model_when_empty(cluster, jobs.num_gpu, jobs.cpu_milli, jobs.mem_mib, jobs.model_mask,
+                                             round_settings.max_span) & (workers > 0)
+        return gavel_fifo_allocation(alloc, active_jobs(state), jobs.num_gpu, runs_on, workers)
     if round_settings.reset_s > 0:
         alloc = jax.lax.cond(state.core.rounds.reset, allocate, lambda a: a, alloc)
         # A job's time on its type since the last reset (0 at a reset round): its total since,

@@ -85,6 +85,19 @@ def anchor_fits_one_model(cluster: Cluster, cap, num_gpu, span: int):
     return (ok & on).any(-2)
 
 
+def fits_each_model_when_empty(cluster: Cluster, num_gpu, cpu_milli, mem_mib, model_mask, span: int):
+    """[..., M] bool (M = every model id): the job fits the empty cluster on nodes of model m
+    alone: one node of m holds it, or (a job of k >= 2 GPUs with gangs, ``span`` > 1) the
+    ``span`` m-nodes of the most capacity hold its k GPUs. Job fields [...]."""
+    whole = jnp.where(cluster.valid, cluster.num_gpus, 0)
+    cap = caps(cluster, jnp.where(cluster.valid, cluster.cpu_milli, 0), jnp.where(cluster.valid, cluster.mem_mib, 0),
+               whole, num_gpu, cpu_milli, mem_mib, model_mask)  # [..., N]
+    on = cluster.gpu_model[None, :] == jnp.arange(len(MODEL_NAMES))[:, None]  # [M, N]
+    cap_m = jnp.where(on, jnp.asarray(cap)[..., None, :], 0)  # [..., M, N]
+    held = jax.lax.top_k(cap_m, min(span, cap_m.shape[-1]))[0].sum(-1) if span > 1 else cap_m.max(-1)
+    return held >= jnp.maximum(jnp.asarray(num_gpu), 1)[..., None]
+
+
 def same_model_caps(cluster: Cluster, cap, anchor):
     """[N] int32: ``cap`` (one job's) with the nodes of another GPU model than ``anchor``'s
     at 0: the candidates of a gang held to one model (``EnvConfig.gang_one_model``)."""

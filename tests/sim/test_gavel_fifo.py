@@ -54,14 +54,16 @@ def test_allocation_hands_a_finished_jobs_type_to_the_queue_head_and_stops_at_a_
     assert got == [-1, P100, V100, K80, -1, -1]
 
 
-def test_allocation_leaves_a_job_off_a_type_it_cannot_run_on_and_goes_on():
-    """The list's last type is the V100, where j0 cannot run (throughput 0): j0 stays
-    unallocated and j1 behind it is allocated (Gavel skips it without stopping)."""
-    runs = np.zeros((2, M), bool)
+def test_allocation_gives_the_last_listed_type_a_job_runs_on_and_skips_a_job_that_runs_on_none():
+    """The list is [P100, V100]. j0 cannot run on the V100: it gets the P100, the last listed
+    type it runs on (not left waiting while the V100 is listed), and gavel_pick(0, 2) = 0
+    drops the P100 from the list. j1 runs on the P100 only, now unlisted: it stays
+    unallocated and j2 behind it gets the V100 (the walk goes on, as Gavel's does)."""
+    runs = np.zeros((3, M), bool)
     runs[:, [V100, P100]] = True
-    runs[0, V100] = False
-    got = allocate([-1, -1], [True, True], [1, 1], {V100: 1, P100: 1}, runs)
-    assert got == [-1, V100]
+    runs[0, V100] = runs[1, V100] = False
+    got = allocate([-1, -1, -1], [True] * 3, [1, 1, 1], {V100: 1, P100: 1}, runs)
+    assert got == [P100, -1, V100]
 
 
 # ----------------------------------------------------------------------------- an episode by hand
@@ -108,3 +110,18 @@ def test_allocation_resets_by_hand_in_both_simulators():
         assert np.asarray(state.start_s).tolist() == [0.0, start1]
         assert np.asarray(state.end_s).tolist() == [1000.0, start1 + 100.0]
         assert metrics["decisions"] == ref["metrics"]["decisions"] == decisions
+
+
+def test_a_job_only_some_models_can_hold_is_allocated_one_of_them_in_both_simulators():
+    """A V100 node of 4 cores and a P100 node of 8. j0 wants 6 cores: only the P100 node holds
+    it, so j0 gets the P100 although the V100 is the list's last (allocated the V100, it would
+    wait there for ever); j1 (1 core) gets the V100. Both run from 0."""
+    nodes = cl.NodeTable(names=("v0", "p0"), model=np.asarray([V100, P100], np.int32), num_gpus=np.ones(2, np.int32),
+                         cpu_milli=np.asarray([4000, 8000], np.int32), mem_mib=np.full(2, 32768, np.int32))
+    jobs = jobs_from_numpy(arrival_s=[0, 0], work_s=[600, 100], num_gpu=[1, 1], gpu_milli=[1000] * 2,
+                           cpu_milli=[6000, 1000], mem_mib=[0] * 2)
+    env = tp.round_env({"round_s": 100.0}, tie_break="identity")
+    state, metrics, ref = tp.run_both(env, "gavel-fifo", cl.to_cluster(nodes), jobs, seed=0)
+    tp.assert_same_rounds(state, metrics, ref)
+    assert np.asarray(state.node).tolist() == [1, 0] and np.asarray(state.start_s).tolist() == [0.0, 0.0]
+    assert metrics["done"] == 1
