@@ -154,7 +154,8 @@ REGISTRY = {
         Scheduler("gavel-fifo", gavel_fifo, "best-fit",
                   "round policy, Gavel's FIFO as its code runs: a GPU type per job in arrival order "
                   "(its FIFO's type rule, over-subscription included), the type's jobs time-share it "
-                  "by time received, in-round backfilling", turns=None, round_policy=True),
+                  "by time received, in-round backfilling; a gang on one type, as Gavel's",
+                  turns=None, round_policy=True, env_changes=(("gang_one_model", True),)),
         Scheduler("las-gpu", las_gpu, "best-fit",
                   "round policy, least attained GPU-time first (Tiresias's continuous 2D-LAS); "
                   "preempts, first-fit", turns=None, round_policy=True),
