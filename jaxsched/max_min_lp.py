@@ -66,7 +66,16 @@ def allocation(throughput, scale, share, workers) -> np.ndarray:
     return x
 
 
-def allocation_in_jit(throughput, scale, share, workers):
-    """``allocation`` from inside a jitted (and vmapped) step: [J, M] float32."""
+def allocation_in_jit(throughput, scale, share, workers, solve=True, previous=None):
+    """``allocation`` from inside a jitted (and vmapped) step: [J, M] float32. With ``solve``
+    ([] bool) false the LP is not solved and ``previous`` ([J, M]) comes back: a ``lax.cond``
+    under ``vmap`` would run the callback on every episode anyway, so the choice is made on
+    the host, episode by episode."""
     out = jax.ShapeDtypeStruct(throughput.shape, jnp.float32)
-    return jax.pure_callback(allocation, out, throughput, scale, share, workers, vmap_method="sequential")
+    previous = jnp.zeros(throughput.shape, jnp.float32) if previous is None else previous
+    return jax.pure_callback(_allocation_or_previous, out, jnp.asarray(solve), previous, throughput, scale, share,
+                             workers, vmap_method="sequential")
+
+
+def _allocation_or_previous(solve, previous, *lp) -> np.ndarray:
+    return allocation(*lp) if bool(solve) else np.asarray(previous, np.float32)

@@ -84,6 +84,10 @@ class RefConfig:
     # Gavel's allocation resets (semantics.md, "Allocation resets"): a round is a reset when a
     # job arrived or finished since the last one and round_reset_s has passed (0: none).
     round_reset_s: float = 0.0
+    # With per-model priorities, the round's (job, model) pairs model by model in this order of
+    # GPU model names, then the unnamed models by id (empty: by priority alone): semantics.md,
+    # "Per-model priorities".
+    round_model_order: tuple = ()
     # The tiresias round policy's settings (semantics.md, "Round policies"): queue thresholds
     # in attained GPU-seconds (m thresholds, m + 1 queues) and the promotion knob (0: off).
     tiresias_thresholds_gpu_s: tuple = (3250.0, 7200.0)
@@ -104,6 +108,7 @@ class RefConfig:
         object.__setattr__(self, "restart_overhead_s", tuple(self.restart_overhead_s))
         object.__setattr__(self, "restart_above_gpus", tuple(self.restart_above_gpus))
         object.__setattr__(self, "tiresias_thresholds_gpu_s", tuple(self.tiresias_thresholds_gpu_s))
+        object.__setattr__(self, "round_model_order", tuple(self.round_model_order))
         thresholds = self.tiresias_thresholds_gpu_s
         costs, above = self.restart_overhead_s, self.restart_above_gpus
         checks = (
@@ -141,7 +146,7 @@ class RefConfig:
 
 # RefConfig's settings of rounds (RefConfig.like leaves them off when a config lacks them).
 ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus", "tiresias_thresholds_gpu_s",
-                  "tiresias_promote_knob", "round_reset_s", "round_ends_early")
+                  "tiresias_promote_knob", "round_reset_s", "round_ends_early", "round_model_order")
 
 
 class _Job(NamedTuple):
@@ -338,6 +343,7 @@ class ReferenceSim:
         self.jobs_changed = False
         self.reset_due = False
         self.attained_at_reset_s = [np.float32(0)] * self.J
+        self.attained_model_at_reset_s = [[np.float32(0)] * len(MODEL_NAMES) for _ in range(self.J)]
 
         self.outcome = [OUTCOME_NONE] * self.J
         self.node = [-1] * self.J
@@ -363,7 +369,10 @@ class ReferenceSim:
         self.attained_s = [np.float32(0)] * self.J  # wall seconds held, closed segments
         self.attained_model_s = [[np.float32(0)] * len(MODEL_NAMES) for _ in range(self.J)]  # ... by anchor model
         self.preemptions = [0] * self.J
-        self.policy_model = [-1] * self.J  # a round policy's memory (semantics.md, "Policy memory")
+        # A round policy's memory (semantics.md, "Policy memory"): a model id and a share per
+        # (job, model) it keeps from round to round.
+        self.policy_model = [-1] * self.J
+        self.policy_share = np.zeros((self.J, len(MODEL_NAMES)), np.float32)
         self.restart_gpu_s = 0.0  # GPU-seconds of the restart costs of closed segments
 
         self.decisions = 0
@@ -732,19 +741,23 @@ class ReferenceSim:
         a float per job ([J]) or per (job, GPU model id) ([J, M]; read for queued and running
         jobs only), higher runs first, ties to the lower job index (then model); NaN or -inf
         holds a job (a pair) back (a running one is preempted). ``priority`` may be a pair
-        (priority, policy_model): ``policy_model`` (J model ids, -1: none) is then kept for the
-        policy's next rounds (``self.policy_model``). No-op once the episode is done."""
+        (priority, memory): ``memory`` is a dict of ``policy_model`` (J model ids, -1: none)
+        and/or ``policy_share`` ([J, M] floats), kept for the policy's next rounds
+        (``self.policy_model``, ``self.policy_share``). No-op once the episode is done."""
         if not self._rounds():
             raise ValueError("step_round needs RefConfig.round_s > 0")
         if self.done:
             return
         if not self.round_due:
             raise ValueError("no round is due now")
-        memory = None
+        memory = {}
         if isinstance(priority, tuple):
             priority, memory = priority
-            if len(memory) != self.J:
-                raise ValueError(f"policy_model has {len(memory)} entries; the episode has {self.J} jobs")
+            if not isinstance(memory, dict) or not set(memory) <= {"policy_model", "policy_share"}:
+                raise ValueError(f"a round policy's memory must be a dict of policy_model, policy_share; got {memory!r}")
+            for name, value in memory.items():
+                if len(value) != self.J:
+                    raise ValueError(f"{name} has {len(value)} entries; the episode has {self.J} jobs")
         priority = np.asarray(priority, np.float32)
         if priority.ndim not in (1, 2) or priority.shape[0] != self.J:
             raise ValueError(f"priority has shape {priority.shape}; the episode has {self.J} jobs: "
@@ -752,9 +765,12 @@ class ReferenceSim:
         self.decisions += 1
         if self.reset_due:  # each job's service at the reset (semantics.md, "Allocation resets")
             self.attained_at_reset_s = [self.attained_now(j)[0] for j in range(self.J)]
+            self.attained_model_at_reset_s = [self.attained_by_model_now(j) for j in range(self.J)]
         self._allocate_round(priority)
-        if memory is not None:
-            self.policy_model = [int(m) for m in memory]
+        if "policy_model" in memory:
+            self.policy_model = [int(m) for m in memory["policy_model"]]
+        if "policy_share" in memory:
+            self.policy_share = np.asarray(memory["policy_share"], np.float32).reshape(self.J, len(MODEL_NAMES))
         self.round_due = self.reset_due = False
         if self.config.round_ends_early:
             self.next_round_s = self._round_end()
@@ -793,7 +809,13 @@ class ReferenceSim:
         listed = {j for j, _ in score}
         for j in sorted(running - listed):
             self._preempt(j)  # held: its own pair is not listed
-        order = sorted(score, key=lambda u: (-score[u], u[0], -1 if u[1] is None else u[1]))
+        named = [MODEL_NAMES.index(name) for name in self.config.round_model_order]
+
+        def place(m):  # the pair's model's place in round_model_order (unnamed: after, by id; none: 0)
+            if not named or m is None:
+                return 0
+            return named.index(m) if m in named else len(named) + m
+        order = sorted(score, key=lambda u: (place(u[1]), -score[u], u[0], -1 if u[1] is None else u[1]))
         for pos, (j, m) in enumerate(order):
             if self._in_segment(j) or len(self.running) >= self.config.running_capacity:
                 continue  # a running (or already placed) job keeps its nodes; a full set takes none
@@ -1756,15 +1778,20 @@ def _las_priority(sim: ReferenceSim) -> list:
             else np.float32(0) for j in range(sim.J)]
 
 
+def _in_system_at_last_reset(sim: ReferenceSim) -> list:
+    """The jobs in the system at the last reset R: arrived by R, and still in the system or
+    finished after R; by index."""
+    last, in_system = sim.last_reset_s, set(_in_system(sim))
+    return [j for j in range(sim.J_valid) if sim.jobs[j].arrival_s <= last
+            and (j in in_system or (np.isfinite(sim.end_s[j]) and sim.end_s[j] > last))]
+
+
 def _las_priority_with_resets(sim: ReferenceSim) -> list:
     """las with allocation resets (semantics.md, "Allocation resets"): the jobs in the system
     at the last reset R (arrived by R; still in the system or finished after R) share by
     max-min as las does; priority = share / (time received since R + half a round), 0 at the
     reset round itself; -inf for the rest."""
-    last = sim.last_reset_s
-    in_system = set(_in_system(sim))
-    at_reset = [j for j in range(sim.J_valid) if sim.jobs[j].arrival_s <= last
-                and (j in in_system or (np.isfinite(sim.end_s[j]) and sim.end_s[j] > last))]
+    at_reset = _in_system_at_last_reset(sim)
     gpu_jobs = [j for j in at_reset if sim.jobs[j].num_gpu > 0]
     shares = {j: np.float32(1) for j in at_reset}
     shares.update(zip(gpu_jobs, max_min_shares([sim.jobs[j].num_gpu for j in gpu_jobs],
@@ -1782,7 +1809,10 @@ def _las_perf_priority(sim: ReferenceSim) -> np.ndarray:
     time on the model from the max-min LP (``max_min_lp.allocation``, the one solver both
     simulators call) times the model's GPUs, over the time it has received there (plus half
     a round); -inf where it may not run; CPU-only jobs as las with share 1 on every model.
-    [J, M] float32 (rows of jobs not in the system are not read)."""
+    [J, M] float32 (rows of jobs not in the system are not read). With allocation resets the
+    LP is solved at reset rounds only and kept (``sim.policy_share``), the time is received
+    on each model since the last reset, and a GPU job that arrived since is held: then
+    (priority, {"policy_share": x})."""
     num_models = len(MODEL_NAMES)
     workers = _model_workers(sim)
     speed = [[np.float32(0)] * sim.T for _ in range(num_models)]
@@ -1802,18 +1832,30 @@ def _las_perf_priority(sim: ReferenceSim) -> np.ndarray:
             if workers[m] and _model_allowed(job.model_mask, m):
                 throughput[j, m] = speed[m][job.job_type]
     scale[gpu_jobs] = [sim.jobs[j].num_gpu for j in gpu_jobs]
-    x = max_min_lp.allocation(throughput, scale, share, workers)
+    resets = sim.config.round_reset_s > 0
+    if not resets or sim.reset_due:
+        x = max_min_lp.allocation(throughput, scale, share, workers)
+    else:
+        x = sim.policy_share
+    allocated = set(_in_system_at_last_reset(sim)) if resets else set(in_system)
     head_start = np.float32(sim.config.round_s / 2)
-    priority = np.zeros((sim.J, num_models), np.float32)
+    priority = np.full((sim.J, num_models), -np.inf, np.float32)
     for j in in_system:
         if sim.jobs[j].num_gpu == 0:
             priority[j] = np.float32(1) / np.float32(sim.attained_now(j)[0] + head_start)
             continue
+        if j not in allocated:
+            continue  # arrived since the last reset: held until the next
         attained = sim.attained_by_model_now(j)
         for m in range(num_models):
-            priority[j, m] = (np.float32(x[j, m] * np.float32(workers[m])) / np.float32(attained[m] + head_start)
-                              if throughput[j, m] > 0 else -np.inf)
-    return priority
+            if resets:  # the time received on m since the last reset (0 at the reset round)
+                received = (np.float32(0) if sim.reset_due
+                            else np.float32(attained[m] - sim.attained_model_at_reset_s[j][m]))
+            else:
+                received = attained[m]
+            if throughput[j, m] > 0:
+                priority[j, m] = np.float32(x[j, m] * np.float32(workers[m])) / np.float32(received + head_start)
+    return (priority, {"policy_share": x}) if resets else priority
 
 
 def _model_workers(sim: ReferenceSim) -> list:
@@ -1906,7 +1948,7 @@ def _gavel_fifo_priority(sim: ReferenceSim) -> tuple:
             priority[j] = np.float32(1) / np.float32(received + head_start)
         elif alloc[j] >= 0:
             priority[j, alloc[j]] = np.float32(1) / np.float32(on_model[alloc[j]] + head_start)
-    return priority, alloc
+    return priority, {"policy_model": alloc}
 
 
 def _las_gpu_priority(sim: ReferenceSim) -> list:

@@ -283,10 +283,14 @@ class Segments:
                                preemption that have ended (docs/semantics.md, "Metrics")
     policy_model  [J] int32    a GPU model id a round policy keeps for each job from one
                                round to the next (-1: none; Gavel's FIFO: the type it allocated
-                               the job), written only from a policy's ``(priority,
-                               policy_model)`` (docs/semantics.md, "Policy memory")
+                               the job), written only from a policy's ``(priority, memory)``
+                               (docs/semantics.md, "Policy memory")
+    policy_share  [J, M] float32  a share per (job, GPU model id) a round policy keeps the same
+                               way (0: none; las-perf with resets: its LP's allocation)
     attained_at_reset_s [J] float32  attained_s at the last allocation reset (0 before the
                                first): the time received since it is attained_s now minus this
+    attained_model_at_reset_s [J, M] float32  attained service by model at the last reset
+                               (the time received on each model since it, likewise)
     """
 
     remaining_s: jax.Array
@@ -300,7 +304,9 @@ class Segments:
     waiting_since_s: jax.Array
     rewait_growth: jax.Array
     policy_model: jax.Array
+    policy_share: jax.Array
     attained_at_reset_s: jax.Array
+    attained_model_at_reset_s: jax.Array
 
 
 @struct.dataclass

@@ -94,14 +94,14 @@ GAVEL_NAMES = {"gavel-fifo": "FIFO", "las": "LAS", "las-perf": "Gavel-LAS"}  # i
 Y_MAX_H = 150.0  # the plot's JCT axis, as Figure 8 cuts it off near saturation
 # The gang rules: Gavel's simulator's (configs/gavel.toml) or the physical variant.
 RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.gang_one_model=false",
-                                   "env.round_ends_early=false")}
+                                   "env.round_ends_early=false", "env.round_model_order=[]")}
 # Under Gavel's rules, its heterogeneity-agnostic policies: the round shuffles the GPU types'
 # order every round, so a job's time spreads over the types (workload.gavel.agnostic_speed).
 AGNOSTIC = ("las",)
 # Gavel's allocation resets (its minimum_time_between_allocation_resets, seconds), for the
-# policies that read them (las-perf still recomputes its allocation every round).
+# policies that read them (las-perf then solves its LP at resets only).
 RESET_S = 1920.0
-WITH_RESETS = ("gavel-fifo", "las")
+WITH_RESETS = ("gavel-fifo", "las", "las-perf")
 TABLE_COLUMNS = ["rules", "workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
                  "p5_h", "p95_h", "ran_out", "wall_s"]
 

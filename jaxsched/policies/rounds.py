@@ -167,13 +167,18 @@ def model_table(cluster):
 
 def las_perf(params, state, key, env_params):
     """Gavel's LAS with Gavel (heterogeneity-aware max-min fairness, ``max_min_fairness_perf``)
-    -> priority [J, M] per (job, GPU model id): x[j, m] * W_m / (attained on m + round_s / 2),
+    -> priority [J, M] per (job, GPU model id): x[j, m] * W_m / (received on m + round_s / 2),
     x the allocation of the max-min LP over the throughput matrix (``max_min_lp``, solved on
     the host), W_m the model's GPUs; -inf where the job may not run (no GPU of the model, or
-    not allowed); CPU-only jobs 1 / (attained_s + round_s / 2) on every model.
-    docs/semantics.md, "Round policies"."""
+    not allowed); CPU-only jobs 1 / (attained_s + round_s / 2) on every model. Without
+    allocation resets the LP is solved every round over the jobs in the system and the time
+    received is the attained service on m. With resets (``RoundSettings.reset_s`` > 0), as
+    Gavel: the LP is solved at reset rounds only, over the jobs in the system then, and kept
+    (the policy's memory, ``segments.policy_share``); the time is received on m since the
+    last reset; a GPU job that arrived since waits, held, for the next reset. -> (priority,
+    memory). docs/semantics.md, "Round policies"."""
     round_settings = _need(params, "las-perf")
-    jobs, cluster = state.jobs, env_params.cluster
+    jobs, cluster, seg = state.jobs, env_params.cluster, state.segments
     workers, speed = model_table(cluster)
     allowed = (jobs.model_mask[:, None] >> jnp.arange(len(MODEL_NAMES))) & 1 == 1  # [J, M]
     throughput = jnp.where(allowed & (workers > 0), speed[:, jobs.job_type].T, 0.0)  # [J, M]
@@ -181,11 +186,22 @@ def las_perf(params, state, key, env_params):
     gpu_job = jobs.num_gpu > 0
     share = max_min_share(jobs.num_gpu, active, cluster_gpus(state),
                           round_settings.max_span * state.core.free_milli.shape[-1])
-    x = allocation_in_jit(throughput, jnp.where(active & gpu_job, jobs.num_gpu, 0), share, workers)
+    scale = jnp.where(active & gpu_job, jobs.num_gpu, 0)
     half_round = jnp.float32(round_settings.round_s / 2)
-    gpu_priority = x * workers.astype(jnp.float32) / (attained_by_model_now(state, cluster) + half_round)
+    resets = round_settings.reset_s > 0
+    if resets:  # (at a reset round the jobs in the system now are those at the reset)
+        reset = state.core.rounds.reset
+        x = allocation_in_jit(throughput, scale, share, workers, solve=reset, previous=seg.policy_share)
+        received = jnp.where(reset, 0.0, attained_by_model_now(state, cluster) - seg.attained_model_at_reset_s)
+        allocated = in_system_at_last_reset(state)
+    else:
+        x = allocation_in_jit(throughput, scale, share, workers)
+        received, allocated = attained_by_model_now(state, cluster), jnp.ones(jobs.num_jobs, bool)
+    gpu_priority = jnp.where(allocated[:, None] & (throughput > 0),
+                             x * workers.astype(jnp.float32) / (received + half_round), -jnp.inf)
     cpu_priority = 1.0 / (attained_now(state)[0] + half_round)
-    return jnp.where(gpu_job[:, None], jnp.where(throughput > 0, gpu_priority, -jnp.inf), cpu_priority[:, None])
+    priority = jnp.where(gpu_job[:, None], gpu_priority, cpu_priority[:, None])
+    return (priority, {"policy_share": x}) if resets else priority
 
 
 las_perf.reads_env_params = True
@@ -303,7 +319,7 @@ def gavel_fifo(params, state, key, env_params):
     gpu_priority = jnp.where(on_type, 1.0 / (on_model + half_round), -jnp.inf)
     cpu_priority = 1.0 / (received + half_round)
     priority = jnp.where((jobs.num_gpu > 0)[:, None], gpu_priority, cpu_priority[:, None])
-    return priority, alloc
+    return priority, {"policy_model": alloc}
 
 
 gavel_fifo.reads_env_params = True

@@ -13,6 +13,7 @@ import numbers
 
 import numpy as np
 
+from jaxsched.cluster import MODEL_NAMES
 from jaxsched.sim.gangs import GANG_RULES
 from jaxsched.sim.resources import GPU_RULES
 
@@ -120,6 +121,11 @@ class EnvConfig:
       this many seconds have passed since it; a reset round is decided even when no job waits,
       and a round policy may recompute its allocation only there (docs/semantics.md,
       "Allocation resets"). 0 (default): no resets.
+    round_model_order: GPU model names (``cluster.MODEL_NAMES``): with per-model priorities
+      the round walks the (job, model) pairs model by model in this order, each model's by
+      priority, then the models not named (Gavel's round for its heterogeneity-aware
+      policies: ``["V100", "P100", "K80"]``); empty (default): all pairs by priority
+      (docs/semantics.md, "Per-model priorities").
     tiresias_thresholds_gpu_s: the tiresias round policy's queue thresholds, attained
       GPU-seconds, increasing and > 0: m thresholds make m + 1 queues (default Tiresias's
       simulator's three queues, ``[3250, 7200]``). Read by the policy only.
@@ -162,6 +168,7 @@ class EnvConfig:
     restart_above_gpus: tuple = ()
     round_ends_early: bool = False
     round_reset_s: float = 0.0
+    round_model_order: tuple = ()
     tiresias_thresholds_gpu_s: tuple = TIRESIAS_THRESHOLDS_GPU_S
     tiresias_promote_knob: float = 0.0
     walk_slots: int = 512
@@ -173,7 +180,7 @@ class EnvConfig:
         # Hashable tuples (a TOML array is a list; a number is one constant cost).
         costs = self.restart_overhead_s
         object.__setattr__(self, "restart_overhead_s", tuple(costs) if isinstance(costs, (list, tuple)) else (costs,))
-        for field in ("restart_above_gpus", "tiresias_thresholds_gpu_s"):
+        for field in ("restart_above_gpus", "tiresias_thresholds_gpu_s", "round_model_order"):
             if isinstance(getattr(self, field), list):
                 object.__setattr__(self, field, tuple(getattr(self, field)))
 
@@ -256,6 +263,10 @@ class EnvConfig:
             bad("round_reset_s", "must be a finite number >= 0 (seconds; 0 = no allocation resets)")
         if not isinstance(self.round_ends_early, bool):
             bad("round_ends_early", "must be true or false")
+        order = self.round_model_order
+        if not (isinstance(order, tuple) and all(isinstance(m, str) and m in MODEL_NAMES for m in order)
+                and len(set(order)) == len(order)):
+            bad("round_model_order", f"must be distinct GPU model names, each one of {list(MODEL_NAMES)}")
         if self.round_reset_s > 0 and not self.rounds:
             bad("round_reset_s", "allocation resets need rounds (round_s > 0)")
         if self.rounds and self.track_job_classes:

@@ -121,6 +121,27 @@ def remaining_now(state: SimState):
     return jnp.where(past_cost, (state.end_s - t) * seg.seg_speed, seg.remaining_s)
 
 
+POLICY_MEMORY = {"policy_model": jnp.int32, "policy_share": jnp.float32}
+
+
+def policy_memory(memory: dict, seg: Segments) -> dict:
+    """A round policy's ``memory`` (a dict of ``POLICY_MEMORY`` fields) as ``Segments``
+    fields of their shapes and dtypes; any other key is refused."""
+    if not isinstance(memory, dict) or not set(memory) <= set(POLICY_MEMORY):
+        raise ValueError(f"a round policy's memory must be a dict of {sorted(POLICY_MEMORY)}, got {memory!r}")
+    return {name: jnp.asarray(value, POLICY_MEMORY[name]).reshape(getattr(seg, name).shape)
+            for name, value in memory.items()}
+
+
+def model_tiers(model_order: tuple, num_models: int) -> list[int]:
+    """Each model id's place in a round's walk model by model (``EnvConfig.round_model_order``:
+    the named models in that order, then the others by id)."""
+    named = [MODEL_NAMES.index(name) for name in model_order]
+    rest = [m for m in range(num_models) if m not in named]
+    place = {m: i for i, m in enumerate(named + rest)}
+    return [place[m] for m in range(num_models)]
+
+
 class RoundsMixin:
     """``ClusterEnv``'s rounds (reads ``self.config``; no fields of its own)."""
 
@@ -144,7 +165,9 @@ class RoundsMixin:
             waiting_since_s=jnp.full(num_jobs, INF),
             rewait_growth=jnp.float32(0.0),
             policy_model=jnp.full(num_jobs, -1, jnp.int32),
+            policy_share=jnp.zeros((num_jobs, len(MODEL_NAMES)), jnp.float32),
             attained_at_reset_s=jnp.zeros(num_jobs, jnp.float32),
+            attained_model_at_reset_s=jnp.zeros((num_jobs, len(MODEL_NAMES)), jnp.float32),
         )
 
     def restart_cost_s(self, num_gpu):
@@ -181,9 +204,10 @@ class RoundsMixin:
         """Decide the round due now with ``priority`` (float32 [J], or [J, M] per (job, GPU
         model id); read for queued and running jobs only) and run to the next round ->
         (state, obs, reward, done, info), as ``step``. ``priority`` may be a pair
-        ``(priority, policy_model)``: the round is decided by the first, and ``policy_model``
-        ([J] int32) is kept in ``segments.policy_model`` for the policy's next rounds
-        (docs/semantics.md, "Policy memory"). Once the episode is done it changes nothing and
+        ``(priority, memory)``: the round is decided by the first, and ``memory``, a dict of
+        ``POLICY_MEMORY`` fields (``policy_model`` [J] int32, ``policy_share`` [J, M] float32),
+        replaces them in ``segments`` for the policy's next rounds (docs/semantics.md,
+        "Policy memory"). Once the episode is done it changes nothing and
         counts nothing. The reward is the "in_system" one, -(job-seconds in the system until
         the next round)."""
         if not self.config.rounds:
@@ -194,8 +218,7 @@ class RoundsMixin:
         live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
         decided = self._decide_round(key, state, jnp.asarray(priority, jnp.float32), params)
         if memory is not None:
-            decided = decided.replace(segments=decided.segments.replace(
-                policy_model=jnp.asarray(memory, jnp.int32).reshape(state.jobs.num_jobs)))
+            decided = decided.replace(segments=decided.segments.replace(**policy_memory(memory, decided.segments)))
         state = jax.tree.map(lambda new, old: jnp.where(live, new, old), decided, state)
         state = self._advance(state, params)
         cost_s = state.core.acc.in_system_integral - in_system_before
@@ -208,9 +231,10 @@ class RoundsMixin:
         (``segments.attained_at_reset_s``: "Allocation resets")."""
         if self.config.resets:
             seg = state.segments
-            noted = jax.lax.cond(state.core.rounds.reset, lambda: attained_now(state)[0],  # (reset rounds only)
-                                 lambda: seg.attained_at_reset_s)
-            state = state.replace(segments=seg.replace(attained_at_reset_s=noted))
+            noted, noted_model = jax.lax.cond(  # (reset rounds only)
+                state.core.rounds.reset, lambda: (attained_now(state)[0], attained_by_model_now(state, params.cluster)),
+                lambda: (seg.attained_at_reset_s, seg.attained_model_at_reset_s))
+            state = state.replace(segments=seg.replace(attained_at_reset_s=noted, attained_model_at_reset_s=noted_model))
         walk, running0, queued0 = self._round_walk(key, state, priority, params)
         return self._apply_round(state, params, walk, running0, queued0)
 
@@ -241,6 +265,8 @@ class RoundsMixin:
             cand = (queued0 | running0) & listed
             held = ~listed
         n_cand = cand.sum(dtype=jnp.int32)
+        by_model = per_model and bool(cfg.round_model_order)
+        model_tier = jnp.asarray(model_tiers(cfg.round_model_order, num_models), jnp.int32)
 
         walk = Walk(core.free_milli, core.free_cpu, core.free_mem, running0, core.num_running,
                     state.node, state.gpu_bits, state.span_node, state.span_bits,
@@ -263,6 +289,9 @@ class RoundsMixin:
                 # key is < +inf, so the padding comes last.
                 sort_key = jnp.where(ids < num_units, 0.0 - flat.at[ids].get(mode="fill", fill_value=0.0), INF)
                 order = ids[jnp.argsort(sort_key, stable=True)]
+                if by_model:  # then model by model (``round_model_order``), the padding last
+                    tier = jnp.where(order < num_units, model_tier[order % num_models], num_models)
+                    order = order[jnp.argsort(tier, stable=True)]
                 return self._walk_order(key, walk, state, params, order, num_models, running0, n_listed,
                                         left_out, rest_ask)
             return run
@@ -272,7 +301,7 @@ class RoundsMixin:
             return walk_over(ids, n_cand, jnp.bool_(False), GPU_MILLI + 1)(walk)[0]
 
         slots = min(cfg.walk_slots, num_units)
-        if slots == num_units:
+        if slots == num_units or by_model:  # (model by model: every candidate, no top-k shortcut)
             return walk_all(walk), running0, queued0
         # In ``walk_slots`` slots (a sort of all U units is most of a round's time when U is
         # large): every candidate when they fit, else the running candidates and the queued
@@ -595,7 +624,9 @@ class RoundsMixin:
             waiting_since_s=jnp.where(started, INF, jnp.where(closing, t, seg.waiting_since_s)),
             rewait_growth=seg.rewait_growth + ordered_sum(jnp.where(rewaited, rewait, 0.0)),
             policy_model=seg.policy_model,
+            policy_share=seg.policy_share,
             attained_at_reset_s=seg.attained_at_reset_s,
+            attained_model_at_reset_s=seg.attained_model_at_reset_s,
         )
 
         # The running ring, sorted by (end, index), and the queue, by index.

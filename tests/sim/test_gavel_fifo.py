@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxsched import cluster as cl
+from jaxsched import reference
+from jaxsched.sim import rounds as sim_rounds
 from jaxsched.policies.rounds import gavel_fifo_allocation, gavel_pick
 from jaxsched.types import jobs_from_numpy
 from tests.sim import test_preemption as tp
@@ -125,3 +128,17 @@ def test_a_job_only_some_models_can_hold_is_allocated_one_of_them_in_both_simula
     tp.assert_same_rounds(state, metrics, ref)
     assert np.asarray(state.node).tolist() == [1, 0] and np.asarray(state.start_s).tolist() == [0.0, 0.0]
     assert metrics["done"] == 1
+
+
+def test_a_policy_memory_other_than_its_fields_is_refused_by_both_simulators():
+    """A round policy's memory is a dict of ``policy_model`` and ``policy_share`` only."""
+    env = tp.round_env({"round_s": 100.0})
+    seg = env._no_segments(jobs_from_numpy(arrival_s=[0], work_s=[1], num_gpu=[1], gpu_milli=[1000],
+                                           cpu_milli=[0], mem_mib=[0]))
+    assert sim_rounds.policy_memory({"policy_share": np.ones((1, M))}, seg)["policy_share"].shape == (1, M)
+    for bad in ({"deficit": np.zeros(1)}, np.zeros(1, np.int32)):
+        with pytest.raises(ValueError, match="memory must be a dict"):
+            sim_rounds.policy_memory(bad, seg)
+        with pytest.raises(ValueError, match="memory must be a dict"):
+            reference.run(cl.to_cluster(NODES), HAND_JOBS, tp.FRAG_CLASSES, reference.RefConfig(round_s=100.0),
+                          round_policy=lambda sim: (np.zeros(sim.J, np.float32), bad), max_steps=5)

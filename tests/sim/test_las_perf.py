@@ -48,12 +48,20 @@ PER_MODEL_CASES = [  # (the per-model round policy, {env settings}, job sizes)
     extended("las-perf", {"round_s": 60.0, "restart_overhead_s": 0.0, "gpu_rule": "first-fit", "warmup_jobs": 3,
                           "measured_jobs": 8, "running_capacity": 4}, (0, 1, 1, 1, 2, 4, 8),
              id="las-perf-measure-running-cap"),
+    # Gavel's rules: the LP at resets only, kept as the policy's memory; the walk model by model
+    pytest.param("las-perf", {"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True,
+                              "round_reset_s": 75.0, "round_ends_early": True, "round_model_order": ("A10", "T4")},
+                 GANG_SIZES, id="las-perf-gavel-rules"),
+    extended("las-perf", {"round_s": 40.0, "restart_overhead_s": 10.0, "round_reset_s": 100.0, "walk_slots": 5},
+             (0, 1, 1, 1, 2, 4, 8), id="las-perf-resets-slots-5"),
     # gavel-fifo (tests/sim/test_gavel_fifo.py): its allocation kept between rounds
     pytest.param("gavel-fifo", {"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True,
                                 "round_reset_s": 75.0, "round_ends_early": True}, GANG_SIZES,
                  id="gavel-fifo-gangs-one-model-resets-early-ends"),
     extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4),
              id="gavel-fifo-slots-4"),
+    extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "round_model_order": ("G2", "P100", "T4")},
+             (0, 1, 1, 1, 2, 4), id="gavel-fifo-model-order"),
 ]
 
 
@@ -118,6 +126,24 @@ def run_pairs_both():
                            pad_to=PAD_JOBS)
     return run_callables_both(two_models(), jobs, {"round_s": 100.0}, fixed_priority, pair_priority_np(),
                               lambda sim: pair_priority_np(), max_steps=50)
+
+
+def test_the_walk_goes_model_by_model_in_round_model_order_by_hand():
+    """Job 0 ranks the T4 (5) above the A10 (1); job 1 may run on the T4 only (2). By priority
+    alone job 0 takes the T4 (300 s of work at 0.45: to 666.7) and job 1 waits while the A10
+    idles, to the round at 700. Model by model, the A10
+    first (Gavel's round for its Perf policies): job 0 takes the A10 at its A10 pair, and job 1
+    the T4. Both simulators, each way."""
+    p = np.full((PAD_JOBS, M), -np.inf, np.float32)
+    p[0, T4], p[0, A10], p[1, T4] = 5.0, 1.0, 2.0
+    jobs = jobs_from_numpy([0, 0], [300, 90], [1, 1], [1000] * 2, [1000] * 2, [1024] * 2, pad_to=PAD_JOBS)
+    for order, nodes, starts in (((), [0, 0], [0.0, 700.0]), (("A10", "T4"), [1, 0], [0.0, 0.0])):
+        settings = {"round_s": 100.0, "round_model_order": order}
+        state, ref_out = run_callables_both(two_models(), jobs, settings, fixed_priority, p, lambda sim: p, max_steps=50)
+        assert ref_out["node"][:2].tolist() == nodes
+        assert ref_out["start_s"][:2].tolist() == starts
+        for field in ("node", "start_s", "end_s"):
+            np.testing.assert_array_equal(np.asarray(getattr(state, field)), ref_out[field], err_msg=field)
 
 
 def test_a_job_takes_the_first_of_its_pairs_whose_model_has_room_by_hand():

@@ -255,11 +255,15 @@ def test_rounds_refuse_flat_steps_and_bad_settings_name_the_field():
                             ({"round_s": 10.0, "round_reset_s": -1.0}, "round_reset_s"),
                             ({"round_s": 10.0, "round_reset_s": float("inf")}, "round_reset_s"),
                             ({"round_reset_s": 1920.0}, "round_reset_s"),
-                            ({"round_s": 10.0, "round_ends_early": 1}, "round_ends_early")):
+                            ({"round_s": 10.0, "round_ends_early": 1}, "round_ends_early"),
+                            ({"round_s": 10.0, "round_model_order": ("V100", "X1")}, "round_model_order"),
+                            ({"round_s": 10.0, "round_model_order": ("V100", "V100")}, "round_model_order")):
         with pytest.raises(ValueError, match=f"EnvConfig.{field}"):
             EnvConfig(**settings)
-    config = EnvConfig(restart_overhead_s=[40.0, 60.0], restart_above_gpus=[8])  # a TOML array
+    config = EnvConfig(restart_overhead_s=[40.0, 60.0], restart_above_gpus=[8], round_s=10.0,
+                       round_model_order=["V100", "K80"])  # TOML arrays
     assert config.restart_overhead_s == (40.0, 60.0) and config.restart_above_gpus == (8,)
+    assert config.round_model_order == ("V100", "K80")
     hash(config)
 
 
