@@ -149,8 +149,9 @@ REGISTRY = {
                   turns=None, round_policy=True),
         Scheduler("las-perf", las_perf, "best-fit",
                   "round policy, Gavel's heterogeneity-aware LAS: max-min fairness over the "
-                  "throughput matrix (an LP on the host), a priority per (job, GPU model); preempts, first-fit",
-                  turns=None, round_policy=True),
+                  "throughput matrix (an LP on the host), a priority per (job, GPU model); preempts, first-fit; "
+                  "a gang on one type, as Gavel's", turns=None, round_policy=True,
+                  env_changes=(("gang_one_model", True),)),
         Scheduler("gavel-fifo", gavel_fifo, "best-fit",
                   "round policy, Gavel's FIFO as its code runs: a GPU type per job in arrival order "
                   "(its FIFO's type rule, over-subscription included), the type's jobs time-share it "

@@ -1,0 +1,46 @@
+"""The hostile suite (issue "Hardening IV"): inputs and settings an outside user tried that
+once ran to a cap, hung or gave wrong numbers without a word. One case per class; each
+asserts the clear answer (a refusal naming the setting, or a counted and documented
+handling), so these stay fixed. Fast: the default tier."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxsched import cluster as cl
+from jaxsched import policies
+from jaxsched.rollout import rollout
+from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched.types import EnvParams, jobs_from_numpy, to_device
+from tests.strategies import FRAG_CLASSES
+
+
+def gavel_like_servers(per_model: int):
+    """``per_model`` one-GPU servers of each of V100, P100 and K80 (Gavel's cluster, small)."""
+    models = [cl.model_id(m) for m in ("V100", "P100", "K80") for _ in range(per_model)]
+    n = len(models)
+    return cl.to_cluster(cl.NodeTable(names=tuple(f"s{i}" for i in range(n)), model=np.asarray(models, np.int32),
+                                      num_gpus=np.ones(n, np.int32), cpu_milli=np.full(n, 8000, np.int32),
+                                      mem_mib=np.full(n, 32768, np.int32)))
+
+
+@pytest.mark.parametrize("name", ["las-perf", "gavel-fifo"])
+def test_a_gang_no_one_gpu_type_holds_fails_at_arrival_under_per_model_policies(name):
+    """An 8-GPU job on 4 V100 + 4 P100 + 4 K80 one-GPU servers (max_span 8): only a mix of
+    types holds it, and a per-model policy places a job on one type's nodes. It ran to the
+    round cap (8,344 rounds) with its row n/a; now it fails at arrival, counted, and the
+    episode ends (semantics.md, "Per-model priorities")."""
+    sched = policies.get(name)
+    base = EnvConfig(round_s=360.0, max_span=8, queue_capacity=8, running_capacity=16, tie_break="identity")
+    env = ClusterEnv(sched.env_config(base))
+    jobs = jobs_from_numpy(arrival_s=[0, 10], work_s=[3600, 600], num_gpu=[8, 1], gpu_milli=[1000] * 2,
+                           cpu_milli=[0] * 2, mem_mib=[0] * 2)
+    params = to_device(EnvParams(gavel_like_servers(4), FRAG_CLASSES))
+    batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
+    _, metrics = jax.jit(lambda p, j, k: rollout(env, sched.bound_policy(base), None, p, j, k, 40))(
+        params, batch, jax.random.key(0)[None])
+    assert int(metrics["done"][0]) == 1
+    assert int(metrics["failed"][0]) == 1 and int(metrics["finished"][0]) == 1
