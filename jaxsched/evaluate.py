@@ -162,8 +162,22 @@ class Evaluation:
     timeline: pd.DataFrame | None = None
 
 
+def check_schedulers(config: cfg_lib.Config) -> None:
+    """Every configured scheduler is known and its env settings hold (a round policy with
+    rescheduling passes, or in static mode, does not): a ``DataError`` naming the scheduler
+    and the setting, before any scheduler runs, so no finished scheduler's results are lost."""
+    warmup = (config.eval.warmup_scheduler,) if config.eval.warmup_scheduler else ()
+    for name in config.eval.schedulers + warmup:
+        sched = policies.get(name)
+        try:
+            sched.env_config(config.env)
+        except ValueError as err:
+            raise DataError("config", None, "eval.schedulers", f"{name!r} cannot run with these settings: {err}") from None
+
+
 def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
     """Run every configured scheduler on the same episodes (see the module doc)."""
+    check_schedulers(config)
     nodes = experiment.build_nodes(config)
     jobs, params, max_steps, env_keys, info = experiment.episodes(config, nodes)
     host_jobs = jax.device_get(jobs)
@@ -230,6 +244,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
     maximum sustainable load per scheduler (``report.max_sustainable_load``), info).
     """
     loads = check_loads(config.eval.sweep_loads)
+    check_schedulers(config)
     nodes = experiment.build_nodes(config)
     runs = [(name, None) for name in config.eval.schedulers] + list(agents)
     total = config.eval.episodes * len(runs) * len(loads)
@@ -389,8 +404,7 @@ def main(argv=None, prog: str = "python -m jaxsched.evaluate") -> int:
         elif args.sweep == "load":
             overrides.append(f"eval.sweep_loads={json.dumps(list(DEFAULT_SWEEP_LOADS))}")
         config = cfg_lib.load(args.config, overrides)
-        for name in config.eval.schedulers + ((config.eval.warmup_scheduler,) if config.eval.warmup_scheduler else ()):
-            policies.get(name)
+        check_schedulers(config)
         out_dir = Path(config.eval.out_dir)
         outputs.check_writable(out_dir)  # before the work, not after it
         if config.eval.sweep_loads:

@@ -122,7 +122,7 @@ class RefConfig:
             (self.max_span >= 1, f"max_span {self.max_span}"),
             (self.max_span == 1 or self.mode == "dynamic", "max_span > 1 in static mode"),
             (self.gang_rule in ("consolidate", "spread"), f"gang_rule {self.gang_rule!r}"),
-            (0 < self.spread_penalty < math.inf, f"spread_penalty {self.spread_penalty}"),
+            (0 < self.spread_penalty <= 1, f"spread_penalty {self.spread_penalty}"),
             (0 <= self.round_s < math.inf, f"round_s {self.round_s} (a finite number >= 0; 0 = no rounds)"),
             (self.round_s == 0 or self.mode == "dynamic", "round_s > 0 in static mode"),
             (self.round_s == 0 or self.resched_interval_s == 0,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxsched import cluster as cl
-from jaxsched import policies
+from jaxsched import evaluate, policies, reference
 from jaxsched.rollout import rollout
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
@@ -44,3 +44,38 @@ def test_a_gang_no_one_gpu_type_holds_fails_at_arrival_under_per_model_policies(
         params, batch, jax.random.key(0)[None])
     assert int(metrics["done"][0]) == 1
     assert int(metrics["failed"][0]) == 1 and int(metrics["finished"][0]) == 1
+
+
+@pytest.mark.parametrize("settings", [["env.resched_interval_s=600"],
+                                      ['env.mode="static"', "env.warmup_jobs=0", "env.measured_jobs=0"]])
+def test_a_round_policy_that_cannot_run_with_the_settings_is_refused_before_any_scheduler_runs(settings, tmp_path,
+                                                                                             capsys):
+    """``las`` with rescheduling passes, or in static mode, died with a traceback inside
+    ``run_scheduler`` after first-fit had run, its results lost. Now: exit 2 before any
+    run, one line naming the scheduler and the setting, and no output folder."""
+    out = tmp_path / "out"
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    code = evaluate.main([*sets, "--schedulers", "first-fit,las", "--episodes", "1", "--out", str(out), "--quiet",
+                          "--no-plots"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "eval.schedulers" in err[0] and "'las'" in err[0] and "round_s" in err[0]
+    assert not out.exists()
+
+
+def test_a_spread_penalty_above_one_is_refused_in_both_simulators():
+    """``env.spread_penalty=5`` was accepted: a "penalty" that ran spread gangs 5 times faster."""
+    with pytest.raises(ValueError, match=r"EnvConfig.spread_penalty .*\(0, 1\]"):
+        EnvConfig(max_span=2, spread_penalty=5.0)
+    with pytest.raises(ValueError, match="spread_penalty"):
+        reference.RefConfig(max_span=2, spread_penalty=5.0)
+    EnvConfig(max_span=2, spread_penalty=1.0)
+
+
+def test_a_max_span_above_the_clusters_nodes_is_refused_at_once(tmp_path, capsys):
+    """``env.max_span=100`` on the default 64 nodes ran for minutes with no output; now it is
+    refused before the work, one line naming the setting."""
+    code = evaluate.main(["--set", "env.max_span=100", "--schedulers", "first-fit", "--episodes", "1",
+                          "--out", str(tmp_path / "out"), "--quiet", "--no-plots"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "env.max_span" in err[0] and "64 nodes" in err[0]

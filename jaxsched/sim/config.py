@@ -230,8 +230,9 @@ class EnvConfig:
             bad("max_span", "gang jobs need dynamic mode (static mode is the FGD protocol: one node per job)")
         if self.gang_rule not in GANG_RULES:
             bad("gang_rule", f"must be one of {GANG_RULES}")
-        if not (0 < self.spread_penalty and np.isfinite(self.spread_penalty)):
-            bad("spread_penalty", "must be a finite number > 0 (1.0: spanning nodes costs nothing)")
+        if not (0 < self.spread_penalty <= 1):
+            bad("spread_penalty", "must be a number in (0, 1]: a gang on several nodes runs at this times its "
+                                  "speed (1.0: spanning nodes costs nothing; above 1 it would run faster)")
         if not isinstance(self.gang_one_model, bool):
             bad("gang_one_model", "must be true or false")
         self._check_rounds(bad)
