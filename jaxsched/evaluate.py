@@ -179,6 +179,7 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
     """Run every configured scheduler on the same episodes (see the module doc)."""
     check_schedulers(config)
     nodes = experiment.build_nodes(config)
+    config = experiment.span_within(config, nodes)
     jobs, params, max_steps, env_keys, info = experiment.episodes(config, nodes)
     host_jobs = jax.device_get(jobs)
     rho = report.offered_load(host_jobs, cl.work_capacity(nodes))
@@ -246,6 +247,7 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
     loads = check_loads(config.eval.sweep_loads)
     check_schedulers(config)
     nodes = experiment.build_nodes(config)
+    config = experiment.span_within(config, nodes)
     runs = [(name, None) for name in config.eval.schedulers] + list(agents)
     total = config.eval.episodes * len(runs) * len(loads)
     frames, infos = [], {}

@@ -38,23 +38,27 @@ SOURCES = ("synthetic", *TRACES, "gavel")  # every workload.source
 
 def build_nodes(config: cfg_lib.Config) -> cl.NodeTable:
     """The cluster's node table from the config (node list, PAI machines, groups of alike
-    servers, alike nodes, or a preset); a ``DataError`` when ``env.max_span`` exceeds its
-    nodes (a gang cannot span more nodes than there are, and the gang arrays grow with it)."""
+    servers, alike nodes, or a preset)."""
     c = config.cluster
     if c.node_groups:
-        nodes = cl.groups(c.node_groups)
-    elif c.node_list:
-        nodes = cl.load_openb_nodes(paths.resolve_data_path(c.node_list))
-    elif c.pai_machines:
-        nodes = cl.load_pai_machines(paths.resolve_data_path(c.pai_machines))
-    elif c.node_model:
-        nodes = cl.uniform(c.preset_nodes, c.node_model, c.node_gpus)
-    else:
-        nodes = cl.preset(c.preset_nodes)
-    if config.env.max_span > len(nodes):
-        raise DataError("config", None, "env.max_span",
-                        f"{config.env.max_span} exceeds the cluster's {len(nodes)} nodes: a job spans at most all of them")
-    return nodes
+        return cl.groups(c.node_groups)
+    if c.node_list:
+        return cl.load_openb_nodes(paths.resolve_data_path(c.node_list))
+    if c.pai_machines:
+        return cl.load_pai_machines(paths.resolve_data_path(c.pai_machines))
+    if c.node_model:
+        return cl.uniform(c.preset_nodes, c.node_model, c.node_gpus)
+    return cl.preset(c.preset_nodes)
+
+
+def span_within(config: cfg_lib.Config, nodes: cl.NodeTable) -> cfg_lib.Config:
+    """``config`` with ``env.max_span`` at most the cluster's nodes: a gang cannot span more
+    nodes than there are, so the schedules are the same, and the gang arrays (and the
+    compile) no longer grow with a span no cluster has (``env.max_span=100`` on 64 nodes ran
+    for minutes with no output)."""
+    if config.env.max_span <= len(nodes):
+        return config
+    return dataclasses.replace(config, env=dataclasses.replace(config.env, max_span=len(nodes)))
 
 
 def build_cluster(config: cfg_lib.Config, nodes: cl.NodeTable):

@@ -11,11 +11,15 @@ import numpy as np
 import pytest
 
 from jaxsched import cluster as cl
-from jaxsched import evaluate, policies, reference
+from jaxsched import config as cfg_lib
+from jaxsched import evaluate, experiment, policies, reference
 from jaxsched.rollout import rollout
 from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
+from jaxsched.workload import gavel
 from tests.strategies import FRAG_CLASSES
+from tests.workload import test_gavel
 
 
 def gavel_like_servers(per_model: int):
@@ -72,10 +76,24 @@ def test_a_spread_penalty_above_one_is_refused_in_both_simulators():
     EnvConfig(max_span=2, spread_penalty=1.0)
 
 
-def test_a_max_span_above_the_clusters_nodes_is_refused_at_once(tmp_path, capsys):
-    """``env.max_span=100`` on the default 64 nodes ran for minutes with no output; now it is
-    refused before the work, one line naming the setting."""
-    code = evaluate.main(["--set", "env.max_span=100", "--schedulers", "first-fit", "--episodes", "1",
-                          "--out", str(tmp_path / "out"), "--quiet", "--no-plots"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "env.max_span" in err[0] and "64 nodes" in err[0]
+def test_a_max_span_above_the_clusters_nodes_is_read_as_its_nodes(tmp_path):
+    """``env.max_span=100`` on the default 64 nodes ran for minutes with no output (the gang
+    arrays and the compile grow with the span). A gang spans at most every node, so the run
+    takes the span as 64 and ends, with the same schedule as ``env.max_span=64``."""
+    config = cfg_lib.load(None, ["env.max_span=100"])
+    nodes = experiment.build_nodes(config)
+    assert experiment.span_within(config, nodes).env.max_span == len(nodes) == 64
+    assert experiment.span_within(cfg_lib.load(None, ["env.max_span=8"]), nodes).env.max_span == 8
+
+
+@pytest.mark.parametrize("gpu, value, named", [("k80", 1e300, "k80"), ("v100", 1e-300, "k80")])
+def test_absurd_gavel_throughputs_are_refused_naming_the_entry(tmp_path, gpu, value, named):
+    """1e300 steps/s on a K80, or 1e-300 on the V100 (the reference), passed validation and
+    overflowed the float32 speeds to inf (a NaN work_alloc, only numpy warnings). Now the
+    first entry whose speed relative to the V100's leaves ``SPEED_RANGE`` is named."""
+    table = test_gavel.small_table()
+    table[gpu][test_gavel.key("B", 1)]["null"] = value
+    path = test_gavel.write_json(tmp_path, table)
+    with pytest.raises(DataError, match="outside") as e:
+        gavel.load_throughputs(path)
+    assert e.value.field == f"{named} / ('B', 1) / null" and e.value.path == str(path)

@@ -147,6 +147,11 @@ def _no_repeats(pairs):
     return dict(pairs)
 
 
+# The speeds a throughput may give relative to the reference GPU's at the same key (Gavel's
+# measured ones lie in 0.07-2.3): beyond them a file is taken for an error, not a GPU.
+SPEED_RANGE = (1e-3, 1e3)
+
+
 def _alone(path, gpu, key, entry) -> float:
     """The ``"null"`` throughput of one entry, validated: a finite number >= 0."""
     field = f"{gpu} / {key} / null"
@@ -184,7 +189,8 @@ def load_throughputs(path) -> Throughputs:
     Validation (``DataError`` naming the file and the field as ``<gpu> / <key> / null``): not
     JSON (with its line), a key repeated in one object, a missing GPU type (k80, p100,
     v100), a malformed job key or a scale factor outside 1, 2, 4, 8, a missing, non-numeric,
-    negative or infinite ``"null"``, a zero on the reference GPU, a distributed key without the
+    negative or infinite ``"null"``, a zero on the reference GPU, a speed relative to the
+    reference GPU's outside ``SPEED_RANGE``, a distributed key without the
     type's scale factor 1, a key on one GPU type the reference does not have (or, for k80 and
     p100, the other way round). The ``*_unconsolidated`` tables are optional and may lack keys
     (NaN, counted in ``report["unconsolidated_missing"]``).
@@ -224,6 +230,12 @@ def load_throughputs(path) -> Throughputs:
             if complete and lacking:
                 raise DataError(path, None, f"{name} / {lacking[0]!r}",
                                 f"missing: measured on {REFERENCE_GPU} but not on {gpu}")
+            for key, value in table.items():  # a speed the env holds in float32 (Gavel's: 0.07-2.3)
+                ratio = value / ref[key]
+                if value > 0 and not (SPEED_RANGE[0] <= ratio <= SPEED_RANGE[1]):
+                    raise DataError(path, None, f"{name} / {key!r} / null",
+                                    f"{value!r} steps/s is {ratio:.3g} times the {REFERENCE_GPU}'s {ref[key]!r}: "
+                                    f"a speed outside {list(SPEED_RANGE)} of the reference GPU's is not a throughput")
 
     shape = (len(job_types), len(SCALE_FACTORS), len(GPU_TYPES))
     steps, loose = np.full(shape, np.nan), np.full(shape, np.nan)
