@@ -301,7 +301,7 @@ class RoundsMixin:
             return walk_over(ids, n_cand, jnp.bool_(False), GPU_MILLI + 1)(walk)[0]
 
         slots = min(cfg.walk_slots, num_units)
-        if slots == num_units or by_model:  # (model by model: every candidate, no top-k shortcut)
+        if slots == num_units:
             return walk_all(walk), running0, queued0
         # In ``walk_slots`` slots (a sort of all U units is most of a round's time when U is
         # large): every candidate when they fit, else the running candidates and the queued
@@ -319,11 +319,22 @@ class RoundsMixin:
 
         def running_and_best(_):
             runs = nonzero_indices(running_cand, slots, num_units)
-            best = jax.lax.top_k(jnp.where(queued_cand, flat + 0.0, -INF), slots)[1].astype(jnp.int32)
             take = jnp.clip(slots - n_running, 0, n_queued)
             i = jnp.arange(slots)
+            if by_model:  # the first ``take`` in (model's place, priority) order: whole places, then
+                # the boundary place's best (its queued candidates of highest priority)
+                place = model_tier[jnp.arange(num_units) % num_models]
+                count = jnp.zeros(num_models, jnp.int32).at[place].add(queued_cand.astype(jnp.int32))
+                boundary = jnp.argmax(jnp.cumsum(count) >= take)
+                n_whole = (jnp.cumsum(count) - count)[boundary]
+                whole = nonzero_indices(queued_cand & (place < boundary), slots, num_units)
+                best = jax.lax.top_k(jnp.where(queued_cand & (place == boundary), flat + 0.0, -INF), slots)[1]
+                queued_ids = jnp.where(i < n_whole, whole, best[jnp.clip(i - n_whole, 0, slots - 1)])
+            else:
+                queued_ids = jax.lax.top_k(jnp.where(queued_cand, flat + 0.0, -INF), slots)[1]
+            queued_ids = queued_ids.astype(jnp.int32)
             ids = jnp.sort(jnp.where(i < n_running, runs, jnp.where(  # by index
-                i - n_running < take, best[jnp.clip(i - n_running, 0, slots - 1)], num_units)))
+                i - n_running < take, queued_ids[jnp.clip(i - n_running, 0, slots - 1)], num_units)))
             rest = queued_cand.at[ids].set(False, mode="drop")  # the queued candidates left out
             unit_milli = jobs.gpu_milli[unit_job] if per_model else jobs.gpu_milli
             rest_ask = jnp.where(rest, unit_milli, GPU_MILLI + 1).min().astype(jnp.int32)

@@ -50,7 +50,8 @@ PER_MODEL_CASES = [  # (the per-model round policy, {env settings}, job sizes)
              id="las-perf-measure-running-cap"),
     # Gavel's rules: the LP at resets only, kept as the policy's memory; the walk model by model
     pytest.param("las-perf", {"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True,
-                              "round_reset_s": 75.0, "round_ends_early": True, "round_model_order": ("A10", "T4")},
+                              "round_reset_s": 75.0, "round_ends_early": True, "round_model_order": ("A10", "T4"),
+                              "walk_slots": 6},
                  GANG_SIZES, id="las-perf-gavel-rules"),
     extended("las-perf", {"round_s": 40.0, "restart_overhead_s": 10.0, "round_reset_s": 100.0, "walk_slots": 5},
              (0, 1, 1, 1, 2, 4, 8), id="las-perf-resets-slots-5"),
@@ -60,7 +61,8 @@ PER_MODEL_CASES = [  # (the per-model round policy, {env settings}, job sizes)
                  id="gavel-fifo-gangs-one-model-resets-early-ends"),
     extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4),
              id="gavel-fifo-slots-4"),
-    extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "round_model_order": ("G2", "P100", "T4")},
+    extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "round_model_order": ("G2", "P100", "T4"),
+                            "walk_slots": 4},
              (0, 1, 1, 1, 2, 4), id="gavel-fifo-model-order"),
 ]
 
@@ -144,6 +146,26 @@ def test_the_walk_goes_model_by_model_in_round_model_order_by_hand():
         assert ref_out["start_s"][:2].tolist() == starts
         for field in ("node", "start_s", "end_s"):
             np.testing.assert_array_equal(np.asarray(getattr(state, field)), ref_out[field], err_msg=field)
+
+
+@pytest.mark.parametrize("walk_slots", [4, 512])
+def test_model_by_model_with_few_walk_slots_matches_the_reference(walk_slots):
+    """Eight jobs queued (the test queue's capacity) at 0 on one T4 and one A10, fixed random pair priorities, the walk model
+    by model (T4 first), jobs 2-7 on the A10 only: with 4 slots the round lists the running pairs and the first queued
+    pairs in (model, priority) order (whole models, then the boundary model's best), and must
+    decide as the reference's walk over every pair."""
+    rng = np.random.default_rng(7)
+    p = np.full((PAD_JOBS, M), -np.inf, np.float32)
+    order = rng.permutation(16).astype(np.float32)
+    p[:8, T4], p[:8, A10] = order[:8], order[8:]
+    p[2:8, T4] = -np.inf  # few T4 pairs: the slots take every T4 pair and the A10's best
+    jobs = jobs_from_numpy([0] * 8, rng.integers(50, 400, 8).astype(np.float32), [1] * 8, [1000] * 8, [1000] * 8,
+                           [1024] * 8, pad_to=PAD_JOBS)
+    settings = {"round_s": 100.0, "round_model_order": ("T4", "A10"), "walk_slots": walk_slots}
+    state, ref_out = run_callables_both(two_models(), jobs, settings, fixed_priority, p, lambda sim: p, max_steps=300)
+    assert (ref_out["end_s"][:8] < np.inf).all()
+    for field in ("node", "start_s", "end_s"):
+        np.testing.assert_array_equal(np.asarray(getattr(state, field)), ref_out[field], err_msg=field)
 
 
 def test_a_job_takes_the_first_of_its_pairs_whose_model_has_room_by_hand():
