@@ -197,6 +197,8 @@ def _coerce(value, kind, where: tuple):
     origin = typing.get_origin(kind)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if key.endswith("restart_overhead_s") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (float(value),)  # one constant cost, as EnvConfig reads a number
     if kind is tuple or origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise DataError(path, None, key, f"expected a list, got {value!r}")

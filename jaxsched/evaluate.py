@@ -402,6 +402,9 @@ def main(argv=None, prog: str = "python -m jaxsched.evaluate") -> int:
             except ValueError:
                 raise DataError("--loads", None, "eval.sweep_loads",
                                 f"expected numbers separated by commas, got {args.loads!r}") from None
+            bad = [x for x in loads if not 0 < x < math.inf]  # (nan, inf: not JSON either)
+            if bad:
+                raise DataError("--loads", None, "eval.sweep_loads", f"loads must be finite numbers > 0, got {bad[0]!r}")
             overrides.append(f"eval.sweep_loads={json.dumps(loads)}")
         elif args.sweep == "load":
             overrides.append(f"eval.sweep_loads={json.dumps(list(DEFAULT_SWEEP_LOADS))}")

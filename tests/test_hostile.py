@@ -97,3 +97,21 @@ def test_absurd_gavel_throughputs_are_refused_naming_the_entry(tmp_path, gpu, va
     with pytest.raises(DataError, match="outside") as e:
         gavel.load_throughputs(path)
     assert e.value.field == f"{named} / ('B', 1) / null" and e.value.path == str(path)
+
+
+def test_a_number_for_restart_overhead_s_is_one_constant_cost_through_set():
+    """``--set env.restart_overhead_s=30`` was refused ("expected a list") though the setting
+    reads a number as one constant cost."""
+    assert cfg_lib.load(None, ["env.restart_overhead_s=30"]).env.restart_overhead_s == (30.0,)
+    assert cfg_lib.load(None, ["env.restart_overhead_s=[7, 30]", "env.restart_above_gpus=[1]"]).env.restart_overhead_s \
+        == (7, 30)
+    with pytest.raises(DataError, match="restart_overhead_s"):
+        cfg_lib.load(None, ['env.restart_overhead_s="slow"'])
+
+
+@pytest.mark.parametrize("loads", ["nan", "0.5,inf", "-1"])
+def test_a_load_that_is_not_a_finite_positive_number_is_named(loads, tmp_path, capsys):
+    """``--loads nan`` said "expected a list"."""
+    code = evaluate.main(["--loads", loads, "--episodes", "1", "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "eval.sweep_loads" in err[0] and "finite numbers > 0" in err[0]
