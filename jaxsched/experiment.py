@@ -192,6 +192,8 @@ def check_measurement(config: cfg_lib.Config) -> None:
     jobs, key = {"synthetic": (w.synthetic.num_jobs, "workload.synthetic.num_jobs"),
                  "gavel": (w.gavel.num_jobs, "workload.gavel.num_jobs")}.get(
         w.source, (w.window_jobs, "workload.window_jobs"))
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise DataError("config", None, key, f"must be an integer >= 1 (jobs per episode), got {jobs!r}")
     if e.warmup_jobs + max(e.measured_jobs, 1) > jobs:
         raise DataError("config", None, "env.warmup_jobs",
                         f"warm-up {e.warmup_jobs} + measured {e.measured_jobs} jobs do not fit in "

@@ -353,6 +353,8 @@ class ClusterGymEnv(_Rebuilt, gymnasium.Env):
         return np.array(self._ep.obs.features), {"action_mask": self.action_masks()}
 
     def step(self, action):
+        if self._ep is None:
+            raise RuntimeError("jaxsched/Cluster: step() before reset(): call reset() first")
         action = checked_actions(action, self.action_space.n, ())
         self._ep, reward, terminated, truncated, legal = advance_one(
             self.settings, self.params, self._ep, jnp.int32(action))
@@ -387,6 +389,8 @@ class ClusterGymVectorEnv(_Rebuilt, gymnasium.vector.VectorEnv):
     _arrays = ("_eps",)
 
     def __init__(self, num_envs: int = 64, render_mode=None, **kwargs):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"jaxsched/Cluster: num_envs must be an integer >= 1, got {num_envs!r}")
         _check_kwargs(kwargs, own=("num_envs",))
         _check_render_mode(render_mode)
         _check_not_forked()
@@ -418,6 +422,8 @@ class ClusterGymVectorEnv(_Rebuilt, gymnasium.vector.VectorEnv):
     def step(self, actions):
         """Step every env; an env whose episode ended at the last step starts a new one
         instead (NEXT_STEP: its action is ignored; reward 0, not terminated or truncated)."""
+        if self._eps is None:
+            raise RuntimeError("jaxsched/Cluster: step() before reset(): call reset() first")
         actions = jnp.asarray(checked_actions(actions, self.single_action_space.n, (self.num_envs,)), jnp.int32)
         eps, reward, terminated, truncated, legal = advance_all(self.settings, self.params, self._eps, actions)
         due = self._autoreset

@@ -5,6 +5,7 @@ handling), so these stay fixed. Fast: the default tier."""
 
 from __future__ import annotations
 
+import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,7 @@ from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
 from jaxsched.workload import gavel
 from tests.strategies import FRAG_CLASSES
+from tests.test_gym import ID, TINY
 from tests.workload import test_gavel
 
 
@@ -115,3 +117,22 @@ def test_a_load_that_is_not_a_finite_positive_number_is_named(loads, tmp_path, c
     code = evaluate.main(["--loads", loads, "--episodes", "1", "--out", str(tmp_path / "out"), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "eval.sweep_loads" in err[0] and "finite numbers > 0" in err[0]
+
+
+def test_episodes_of_no_jobs_are_named_by_their_own_setting(tmp_path, capsys):
+    """``workload.synthetic.num_jobs=0`` blamed the warm-up (env.warmup_jobs)."""
+    code = evaluate.main(["--set", "workload.synthetic.num_jobs=0", "--episodes", "1", "--out", str(tmp_path / "o"),
+                          "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "'workload.synthetic.num_jobs'" in err[0] and ">= 1" in err[0]
+
+
+def test_the_gymnasium_envs_name_a_step_before_reset_and_no_envs():
+    """Step before reset gave an AttributeError from inside the env, and ``make_vec`` with
+    ``num_envs=0`` "Need at least one array to stack"."""
+    with pytest.raises(RuntimeError, match="before reset"):
+        gymnasium.make(ID, **TINY).unwrapped.step(0)
+    with pytest.raises(RuntimeError, match="before reset"):
+        gymnasium.make_vec(ID, num_envs=2, vectorization_mode="vector_entry_point", **TINY).step(np.zeros(2, int))
+    with pytest.raises(ValueError, match="num_envs must be an integer >= 1"):
+        gymnasium.make_vec(ID, num_envs=0, vectorization_mode="vector_entry_point", **TINY)
