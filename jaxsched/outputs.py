@@ -52,6 +52,11 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# Files every evaluation or training run writes into its out folder (a folder in their place
+# is refused before the work; ``publish`` keeps the results of any other clash).
+RUN_FILES = ("per_episode.csv", "summary.csv", "summary.md", "config.json")
+
+
 def check_writable(out_dir: Path, key: str | None = "eval.out_dir", source: str = "config") -> None:
     """Create ``out_dir`` and make sure files can be written there, before any work is done;
     a ``DataError`` naming ``source`` (the config, or a command-line option) and ``key`` if
@@ -66,6 +71,9 @@ def check_writable(out_dir: Path, key: str | None = "eval.out_dir", source: str 
         for part in (*reversed(out_dir.parents), out_dir):
             if os.path.exists(part) and not os.path.isdir(part):
                 refuse(f"{part} is a file, not a folder")
+        for name in RUN_FILES:
+            if (out_dir / name).is_dir():
+                refuse(f"{out_dir / name} is a folder where the run writes its {name}")
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f"{STAGING_PREFIX}{os.getpid()}-probe"
         probe.write_text("")
@@ -134,6 +142,13 @@ def publish(out_dir: Path, write: Callable[[Path], list]) -> list:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     written = write(staging)
+    blocked = [name for name in written if (out_dir / name).is_dir()]
+    if blocked:  # keep the results where they are rather than lose them
+        kept = out_dir / f"results-{os.getpid()}"
+        shutil.rmtree(kept, ignore_errors=True)
+        os.replace(staging, kept)
+        raise DataError("outputs", None, str(out_dir / blocked[0]),
+                        f"is a folder, so the run's {blocked[0]} cannot go there; its files are in {kept}")
     old = previous_files(out_dir)
     if old or (out_dir / "config.json").exists():
         print(f"WARNING: replacing the results of an earlier run in {out_dir}", file=sys.stderr)

@@ -12,7 +12,7 @@ import pytest
 
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
-from jaxsched import evaluate, experiment, policies, reference
+from jaxsched import evaluate, experiment, outputs, policies, reference
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
@@ -132,3 +132,23 @@ def test_the_gymnasium_envs_name_a_step_before_reset_and_no_envs():
         gymnasium.make_vec(ID, num_envs=2, vectorization_mode="vector_entry_point", **TINY).step(np.zeros(2, int))
     with pytest.raises(ValueError, match="num_envs must be an integer >= 1"):
         gymnasium.make_vec(ID, num_envs=0, vectorization_mode="vector_entry_point", **TINY)
+
+
+def test_a_folder_where_a_run_writes_a_file_is_refused_first_and_results_are_never_lost(tmp_path, capsys):
+    """An out folder holding a folder named ``per_episode.csv`` crashed after the run, its
+    results lost. Now it is refused before the work, and ``publish`` keeps any other clash's
+    files in a folder of their own and names it."""
+    out = tmp_path / "out"
+    (out / "per_episode.csv").mkdir(parents=True)
+    code = evaluate.main(["--schedulers", "first-fit", "--episodes", "1", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "per_episode.csv is a folder" in err[0]
+    (out / "plot.png").mkdir()
+
+    def write(staging):
+        (staging / "plot.png").write_text("the run's plot")
+        return ["plot.png"]
+    with pytest.raises(DataError, match="is a folder") as e:
+        outputs.publish(out, write)
+    kept = [p for p in out.glob("results-*/plot.png")]
+    assert len(kept) == 1 and kept[0].read_text() == "the run's plot" and str(kept[0].parent) in str(e.value)
