@@ -88,14 +88,14 @@ def load_trace(w: cfg_lib.WorkloadConfig) -> alibaba.TraceWorkload:
     if not w.trace:
         raise DataError("config", None, "workload.trace", f"source {w.source!r} needs a trace path")
     if w.source == "philly":
-        return philly.load(paths.resolve_data_path(w.trace), vcs=list(w.vcs) or None)
+        return philly.load(paths.resolve_data_path(w.trace), vcs=list(w.vcs) or None, strict=w.strict)
     return alibaba.load_openb_pods(paths.resolve_data_path(w.trace), mode="dynamic", strict=w.strict,
                                    qos_classes=list(w.qos_classes) or None)
 
 
 def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_windows: int,
                    seed: int, target_load: float, span_field: str, max_work_s: float = math.inf,
-                   replay: str = "windows"):
+                   replay: str = "windows", max_span: int | None = None):
     """([E, J] numpy ``Jobs``, compression factors): episodes of ``jobs_per_window`` jobs
     from the part ``span`` of ``trace``, work capped at ``max_work_s``, at offered load
     ``target_load`` on the cluster's work capacity (jobs no node can hold count as no work).
@@ -107,12 +107,12 @@ def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_w
     capacity = cl.work_capacity(nodes)
     if replay == "resample":
         episodes = alibaba.resample(part, jobs_per_window, num_windows, seed, capacity, target_load,
-                                    runnable=~part.unschedulable_mask(nodes))
+                                    runnable=~part.unschedulable_mask(nodes, max_span))
         factors = [math.nan] * len(episodes)
     elif replay == "windows":
         windows = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
         compressed = [alibaba.compress_to_load(win, capacity, target_load,
-                                               runnable=~win.unschedulable_mask(nodes)) for win in windows]
+                                               runnable=~win.unschedulable_mask(nodes, max_span)) for win in windows]
         episodes, factors = [c for c, _ in compressed], [f for _, f in compressed]
     elif replay == "native":
         episodes = alibaba.trace_windows(part, jobs_per_window, num_windows, seed)
@@ -222,10 +222,10 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
         return jobs, synthetic_target(syn), info
     if w.source in TRACES:
         trace = load_trace(w)
-        unschedulable, names = trace.check_schedulable(nodes, strict=w.strict)
+        unschedulable, names = trace.check_schedulable(nodes, strict=w.strict, max_span=config.env.max_span)
         jobs, factors = trace_episodes(trace, nodes, w.trace_span, w.window_jobs, episodes,
                                        config.eval.seed, w.target_load, "workload.trace_span",
-                                       w.max_work_s, w.replay)
+                                       w.max_work_s, w.replay, config.env.max_span)
         info = {"source": w.source, "trace": w.trace, "replay": w.replay, "jobs_per_episode": w.window_jobs,
                 "left_out_pending": trace.report.get("left_out_pending", 0),
                 "unschedulable_jobs": unschedulable, "target_load": w.target_load,
@@ -288,9 +288,10 @@ def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
                         "learners train on 'synthetic', 'openb' or 'philly'")
     if w.source in TRACES:
         trace = load_trace(w)
-        trace.check_schedulable(nodes, strict=w.strict)  # as build_workload: strict refuses
+        trace.check_schedulable(nodes, strict=w.strict, max_span=config.env.max_span)  # as build_workload
         workload, _ = trace_episodes(trace, nodes, train.trace_span, train.train_jobs, train.trace_windows,
-                                     train.seed, w.target_load, "train.trace_span", w.max_work_s, w.replay)
+                                     train.seed, w.target_load, "train.trace_span", w.max_work_s, w.replay,
+                                     config.env.max_span)
         frag = trace.frag_classes()
     elif w.source == "synthetic":
         check_measurement(config)

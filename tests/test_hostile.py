@@ -16,7 +16,7 @@ from jaxsched import evaluate, experiment, outputs, policies, reference
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
-from jaxsched.workload import gavel
+from jaxsched.workload import alibaba, gavel, philly
 from tests.strategies import FRAG_CLASSES
 from tests.test_gym import ID, TINY
 from tests.workload import test_gavel
@@ -152,3 +152,57 @@ def test_a_folder_where_a_run_writes_a_file_is_refused_first_and_results_are_nev
         outputs.publish(out, write)
     kept = [p for p in out.glob("results-*/plot.png")]
     assert len(kept) == 1 and kept[0].read_text() == "the run's plot" and str(kept[0].parent) in str(e.value)
+
+
+def philly_rows(n: int, far_line: int | None = None, far_time: str = "2099-12-31 00:00:00", gpus=None) -> str:
+    """A Philly file of ``n`` jobs a minute apart on 2017-10-01 (VC aaa), one GPU each or
+    ``gpus`` [n]; the job on file line ``far_line`` (2 = the first) at ``far_time`` instead."""
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    for i in range(n):
+        k = 1 if gpus is None else gpus[i]
+        stamp = far_time if i + 2 == far_line else f"2017-10-01 {i // 60:02d}:{i % 60:02d}:00"
+        rows.append(f"{stamp},600.0,{k},{600.0 * k},aaa")
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("far_time", ["2099-12-31 00:00:00", "1970-01-01 00:00:00"])
+def test_a_philly_job_far_from_the_others_is_warned_about_and_refused_when_strict(tmp_path, caplog, far_time):
+    """One row of 300 dated 2099 (or 1970) collapsed its trace window's compression with no
+    warning (factor 540,900 against 622.5). Now it is named like openb's isolated pods."""
+    path = tmp_path / "philly.csv"
+    path.write_text(philly_rows(300, far_line=101, far_time=far_time))
+    with caplog.at_level("WARNING"):
+        trace = philly.load(path)
+    assert trace.report["isolated_arrivals"] == 1
+    assert f"{path}, line 101, field 'timestamp': 1 job(s) (lines 101) arrive apart" in caplog.text
+    with pytest.raises(DataError, match="arrive apart") as e:
+        philly.load(path, strict=True)
+    assert (e.value.row, e.value.field) == (101, "timestamp")
+    path.write_text(philly_rows(300))
+    assert philly.load(path, strict=True).report["isolated_arrivals"] == 0
+
+
+def test_a_philly_gang_larger_than_max_span_nodes_hold_is_counted_named_and_left_out(tmp_path, caplog):
+    """A 64-GPU (or 33-GPU) job with max_span 4 on 8-GPU nodes failed at arrival unnamed,
+    ``strict`` let it through, its work stayed in the compression, and a file of only such
+    jobs reported jct_mean 0.0. Now: counted and named, out of the compression, refused by
+    ``strict``, and a file where no job can be placed is refused."""
+    nodes = cl.groups([["V100", 8, 8]])
+    path = tmp_path / "philly.csv"
+    path.write_text(philly_rows(6, gpus=[1, 64, 8, 33, 2, 16]))
+    trace = philly.load(path)
+    assert trace.unschedulable_mask(nodes, 4).tolist() == [False, True, False, True, False, False]
+    assert trace.unschedulable_mask(nodes).tolist() == [False] * 6  # every node: 64 GPUs fit
+    with caplog.at_level("WARNING"):
+        count, names = trace.check_schedulable(nodes, max_span=4)
+    assert count == 2 and names == ["aaa/3", "aaa/5"] and "on at most 4 nodes (env.max_span)" in caplog.text
+    with pytest.raises(DataError, match="ask for more GPUs") as e:
+        trace.check_schedulable(nodes, strict=True, max_span=4)
+    assert (e.value.row, e.value.field) == (3, "num_gpus")
+    jobs, _ = experiment.trace_episodes(trace, nodes, (0.0, 1.0), 6, 1, 0, 0.7, "span", max_span=4)
+    runnable = philly.load(path).take(np.asarray([0, 2, 4, 5]))
+    _, factor = alibaba.compress_to_load(runnable, cl.work_capacity(nodes), 0.7)
+    np.testing.assert_allclose(np.asarray(jobs.arrival_s)[0, :6][[0, 2, 4, 5]], runnable.arrival_s / factor, rtol=1e-5)
+    path.write_text(philly_rows(3, gpus=[64, 33, 40]))
+    with pytest.raises(DataError, match="no job of the file can be placed"):
+        philly.load(path).check_schedulable(nodes, max_span=4)

@@ -162,8 +162,9 @@ class TraceWorkload:
         return target_workload(self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_spec,
                                coverage=coverage, max_classes=max_classes)
 
-    def unschedulable_mask(self, nodes: "_cluster.NodeTable") -> np.ndarray:
-        """[J] bool: the job fits no node of the *empty* cluster (docs/semantics.md, fit rule)."""
+    def unschedulable_mask(self, nodes: "_cluster.NodeTable", max_span: int | None = None) -> np.ndarray:
+        """[J] bool: the job fits no node of the *empty* cluster (docs/semantics.md, fit rule).
+        ``max_span`` is read by gang workloads (``philly.PhillyWorkload``); a pod fits one node."""
         return ~_fits_any(nodes, self.cpu_milli, self.mem_mib, self.num_gpu, self.model_mask)
 
     def count_unschedulable(self, nodes: "_cluster.NodeTable") -> tuple[int, list[str]]:
@@ -171,13 +172,13 @@ class TraceWorkload:
         bad = self.unschedulable_mask(nodes)
         return int(bad.sum()), [str(n) for n in self.names[bad]]
 
-    def check_schedulable(self, nodes: "_cluster.NodeTable", strict: bool = False
+    def check_schedulable(self, nodes: "_cluster.NodeTable", strict: bool = False, max_span: int | None = None
                           ) -> tuple[int, list[str]]:
         """Report the jobs that fit no node (logged); with ``strict`` they raise ``DataError``.
 
         Such jobs are valid data (they fail at arrival in an episode), not errors, unless strict.
         """
-        bad = self.unschedulable_mask(nodes)
+        bad = self.unschedulable_mask(nodes, max_span)
         names = [str(n) for n in self.names[bad]]
         if names:
             j = int(np.flatnonzero(bad)[0])
@@ -408,7 +409,7 @@ def isolated_arrivals(arrival_s) -> np.ndarray:
     return out
 
 
-def _check_isolated(path, lines, field, names, arrival_s, strict) -> int:
+def _check_isolated(path, lines, field, names, arrival_s, strict, noun: str = "pod") -> int:
     """Warn about (``strict``: refuse) ``isolated_arrivals``, naming the file, the first
     such row and ``field``; how many there are."""
     bad = isolated_arrivals(arrival_s)
@@ -420,10 +421,10 @@ def _check_isolated(path, lines, field, names, arrival_s, strict) -> int:
     gap = float(rest.min() - t[i]) if t[i] < rest.min() else float(t[i] - rest.max())
     where = "before" if t[i] < rest.min() else "after"
     shown = ", ".join(str(int(x)) for x in np.sort(lines[bad])[:5]) + (", ..." if bad.sum() > 5 else "")
-    msg = (f"{int(bad.sum())} pod(s) (lines {shown}) arrive apart from the other {len(rest)}: "
+    msg = (f"{int(bad.sum())} {noun}(s) (lines {shown}) arrive apart from the other {len(rest)}: "
            f"{str(names[i])!r} at {t[i]:g} s is {gap:g} s {where} them, longer than their whole "
            f"span ({float(rest.max() - rest.min()):g} s); a trace window holding it spans that gap, "
-           f"and compressing the window to a target load squeezes its other pods together. "
+           f"and compressing the window to a target load squeezes its other {noun}s together. "
            f"Check the timestamp (strict, workload.strict in a config, refuses it)")
     if strict:
         raise DataError(path, int(lines[i]), field, msg)

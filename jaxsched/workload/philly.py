@@ -45,7 +45,8 @@ import pandas as pd
 from jaxsched import cluster as _cluster
 from jaxsched.errors import DataError
 from jaxsched.types import ALL_MODELS, GPU_MILLI
-from jaxsched.workload.alibaba import (INT32_MAX, MAX_TRACE_TIME_S, TraceWorkload, _columns, _first_line,
+from jaxsched.workload.alibaba import (INT32_MAX, MAX_TRACE_TIME_S, TraceWorkload, _check_isolated, _columns,
+                                       _first_line,
                                        _numbers, _read_table)
 
 log = logging.getLogger(__name__)
@@ -83,31 +84,36 @@ class PhillyWorkload(TraceWorkload):
         cols = {c: getattr(self, c)[index] for c in self._COLUMNS}
         return PhillyWorkload(**cols, path=self.path, report={**self.report, **report})
 
-    def unschedulable_mask(self, nodes: "_cluster.NodeTable") -> np.ndarray:
-        """[J] bool: the job's gang is larger than the empty cluster can hold (gang rule)."""
-        return gang_capacity(nodes, self) < self.num_gpu
+    def unschedulable_mask(self, nodes: "_cluster.NodeTable", max_span: int | None = None) -> np.ndarray:
+        """[J] bool: the job's gang is larger than the empty cluster can hold (gang rule) on
+        at most ``max_span`` nodes (None: on all of them)."""
+        return gang_capacity(nodes, self, max_span) < self.num_gpu
 
-    def check_schedulable(self, nodes: "_cluster.NodeTable", strict: bool = False
+    def check_schedulable(self, nodes: "_cluster.NodeTable", strict: bool = False, max_span: int | None = None
                           ) -> tuple[int, list[str]]:
-        """Report (log) the jobs the empty cluster cannot hold; ``strict``: a ``DataError``."""
-        bad = self.unschedulable_mask(nodes)
+        """Report (log) the jobs the empty cluster cannot hold on at most ``max_span`` nodes;
+        ``strict``: a ``DataError``; a file where no job can be held is one either way."""
+        bad = self.unschedulable_mask(nodes, max_span)
         names = [str(n) for n in self.names[bad]]
         if names:
             j = int(np.flatnonzero(bad)[0])
-            msg = (f"{len(names)} job(s) ask for more GPUs than the empty cluster holds "
+            span = f" on at most {max_span} nodes (env.max_span)" if max_span is not None else ""
+            msg = (f"{len(names)} job(s) ask for more GPUs than the empty cluster holds{span} "
                    f"({len(nodes)} nodes, {nodes.total_gpus} GPUs); first: {names[0]!r} asks for "
-                   f"{int(self.num_gpu[j])} GPUs, the cluster holds {int(gang_capacity(nodes, self)[j])} "
+                   f"{int(self.num_gpu[j])} GPUs, the cluster holds {int(gang_capacity(nodes, self, max_span)[j])} "
                    f"with {int(self.cpu_milli[j]) // int(self.num_gpu[j])} milli-CPU and "
                    f"{int(self.mem_mib[j]) // int(self.num_gpu[j])} MiB per GPU")
-            if strict:
-                raise DataError(self.path, int(self.lines[j]), "num_gpus", msg)
+            if strict or bad.all():
+                raise DataError(self.path, int(self.lines[j]), "num_gpus",
+                                ("no job of the file can be placed: " if bad.all() else "") + msg)
             log.warning("%s: %s", self.path, msg)
         return len(names), names
 
 
-def gang_capacity(nodes: "_cluster.NodeTable", workload: TraceWorkload) -> np.ndarray:
+def gang_capacity(nodes: "_cluster.NodeTable", workload: TraceWorkload, max_span: int | None = None) -> np.ndarray:
     """[J] int64: how many GPUs of the empty cluster each job could hold at once, its per-GPU
-    CPU and memory share (``cpu_milli / num_gpu``, ``mem_mib / num_gpu``) included."""
+    CPU and memory share (``cpu_milli / num_gpu``, ``mem_mib / num_gpu``) included, on the
+    ``max_span`` nodes that hold the most of it (None: on every node)."""
     k = np.maximum(np.asarray(workload.num_gpu, np.int64), 1)
     cpu_share = np.maximum(np.asarray(workload.cpu_milli, np.int64) // k, 1)[:, None]
     mem_share = np.maximum(np.asarray(workload.mem_mib, np.int64) // k, 1)[:, None]
@@ -116,7 +122,10 @@ def gang_capacity(nodes: "_cluster.NodeTable", workload: TraceWorkload) -> np.nd
     per_node = np.minimum(np.asarray(nodes.num_gpus, np.int64)[None, :],
                           np.minimum(np.asarray(nodes.cpu_milli, np.int64)[None, :] // cpu_share,
                                      np.asarray(nodes.mem_mib, np.int64)[None, :] // mem_share))
-    return np.where(allowed, per_node, 0).sum(axis=1)
+    held = np.where(allowed, per_node, 0)
+    if max_span is not None:
+        held = -np.sort(-held, axis=1)[:, :max_span]
+    return held.sum(axis=1)
 
 
 def gpu_time_share(workload: TraceWorkload) -> dict:
@@ -153,7 +162,7 @@ def _bound(path, field, value) -> np.datetime64 | None:
 
 
 def load(path, vcs=None, start=None, end=None, cpu_milli_per_gpu: int = CPU_MILLI_PER_GPU,
-         mem_mib_per_gpu: int = MEM_MIB_PER_GPU) -> PhillyWorkload:
+         mem_mib_per_gpu: int = MEM_MIB_PER_GPU, strict: bool = False) -> PhillyWorkload:
     """Load ``philly.csv``: the jobs of ``vcs`` submitted in ``[start, end)``, sorted by arrival.
 
     ``vcs``: one VC id, several, or None for all; a VC not in the file is a ``DataError``
@@ -162,7 +171,9 @@ def load(path, vcs=None, start=None, end=None, cpu_milli_per_gpu: int = CPU_MILL
     Every row of the file is validated (see the module docstring), selected or not.
     ``report``: ``rows_read``, ``jobs``, ``left_out_other_vcs``, ``left_out_outside_window``,
     ``vcs`` (the selection), ``t0`` (the timestamp of arrival 0), ``gang_sizes``
-    ({num_gpus: jobs}), ``cpu_milli_per_gpu``, ``mem_mib_per_gpu``.
+    ({num_gpus: jobs}), ``cpu_milli_per_gpu``, ``mem_mib_per_gpu``, ``isolated_arrivals``
+    (jobs submitted apart from all the others, ``alibaba.isolated_arrivals``: a far-off
+    timestamp; warned about naming the first one's line, and refused with ``strict``).
     """
     path = Path(path)
     for name, value in (("cpu_milli_per_gpu", cpu_milli_per_gpu), ("mem_mib_per_gpu", mem_mib_per_gpu)):
@@ -220,13 +231,17 @@ def load(path, vcs=None, start=None, end=None, cpu_milli_per_gpu: int = CPU_MILL
     t0 = lo if lo is not None else submitted[order[0]]
     k = num_gpus[order].astype(np.int64)
     sizes, counts = np.unique(k, return_counts=True)
+    names = np.char.add(np.char.add(vc[order], "/"), lines[order].astype(str)).astype(object)
+    seconds = (submitted[order] - submitted[order[0]]).astype(np.float64)
+    isolated = _check_isolated(path, lines[order], "timestamp", names, seconds, strict, noun="job")
     report = {"path": str(path), "rows_read": len(rows), "jobs": len(order), "vcs": list(wanted),
+              "isolated_arrivals": isolated,
               "left_out_other_vcs": int((~in_vc).sum()),
               "left_out_outside_window": int((in_vc & ~in_window).sum()),
               "t0": str(t0).replace("T", " "), "gang_sizes": dict(zip(sizes.tolist(), counts.tolist())),
               "cpu_milli_per_gpu": int(cpu_milli_per_gpu), "mem_mib_per_gpu": int(mem_mib_per_gpu)}
     return PhillyWorkload(
-        names=np.char.add(np.char.add(vc[order], "/"), lines[order].astype(str)).astype(object),
+        names=names,
         arrival_s=(submitted[order] - t0).astype(np.float64),
         work_s=duration[order],
         num_gpu=k.astype(np.int32),
