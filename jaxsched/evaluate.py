@@ -182,7 +182,7 @@ def evaluate(config: cfg_lib.Config, show_progress: bool = True) -> Evaluation:
     config = experiment.span_within(config, nodes)
     jobs, params, max_steps, env_keys, info = experiment.episodes(config, nodes)
     host_jobs = jax.device_get(jobs)
-    rho = report.offered_load(host_jobs, cl.work_capacity(nodes))
+    rho = report.offered_load(host_jobs, cl.work_capacity(nodes), experiment.unschedulable(config, params, jobs))
     static = config.env.mode == "static"
     want_schedule = config.eval.per_job or config.eval.plots
     n_timeline = min(config.eval.timeline_episodes, config.eval.episodes) if config.eval.plots else 0
@@ -258,7 +258,8 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
             for load in loads:
                 c = experiment.with_load(config, load, nodes)
                 jobs, params, max_steps, env_keys, info = experiment.episodes(c, nodes)
-                rho = report.offered_load(jax.device_get(jobs), cl.work_capacity(nodes))
+                rho = report.offered_load(jax.device_get(jobs), cl.work_capacity(nodes),
+                                          experiment.unschedulable(c, params, jobs))
                 infos[str(load)] = info
                 for sched, policy_params in runs:
                     frame, _ = run_scheduler(sched, c, params, jobs, env_keys, max_steps, bar,

@@ -28,6 +28,7 @@ from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
 from jaxsched import paths
 from jaxsched.errors import DataError
+from jaxsched.sim import gangs
 from jaxsched.types import EnvParams, Jobs, to_device
 from jaxsched.workload import alibaba, classes, gavel, philly, synthetic
 
@@ -59,6 +60,17 @@ def span_within(config: cfg_lib.Config, nodes: cl.NodeTable) -> cfg_lib.Config:
     if config.env.max_span <= len(nodes):
         return config
     return dataclasses.replace(config, env=dataclasses.replace(config.env, max_span=len(nodes)))
+
+
+def unschedulable(config: cfg_lib.Config, params: EnvParams, jobs: Jobs) -> np.ndarray:
+    """[E, J] bool: the jobs of each episode no node (gangs: no set of up to ``env.max_span``
+    nodes) of the empty cluster can hold under the run's env settings; they fail at arrival
+    (static mode tests fit at each arrival instead: none here)."""
+    if config.env.mode == "static":
+        return np.zeros(np.shape(jobs.valid), bool)
+    fails = jax.jit(jax.vmap(lambda j: gangs.never_fits(params.cluster, j, config.env.max_span,
+                                                        one_model=config.env.gang_one_model)))
+    return np.asarray(fails(jobs))
 
 
 def build_cluster(config: cfg_lib.Config, nodes: cl.NodeTable):

@@ -189,13 +189,16 @@ def schedule_frame(scheduler: str, jobs, records: dict, static: bool, warmup_job
     })
 
 
-def offered_load(jobs, cluster_capacity: float) -> np.ndarray:
+def offered_load(jobs, cluster_capacity: float, unschedulable=None) -> np.ndarray:
     """[E] offered load rho of each episode's jobs: sum of GPUs x work of the valid jobs /
     (the cluster's work capacity in speed-1.0 GPUs, ``cluster.work_capacity``, x arrival
-    span); 0 when the span is 0."""
+    span); 0 when the span is 0. ``unschedulable`` ([E, J] bool): jobs no node can hold, which
+    fail at arrival and offer no work (their arrivals still count in the span, as
+    ``alibaba.compress_to_load`` counts them)."""
     valid = np.asarray(jobs.valid, bool)
+    offered = valid if unschedulable is None else valid & ~np.asarray(unschedulable, bool)
     gpus = np.asarray(jobs.num_gpu, np.float64) * np.asarray(jobs.gpu_milli, np.float64) / GPU_MILLI
-    demand = np.where(valid, gpus * np.asarray(jobs.work_s, np.float64), 0.0).sum(-1)
+    demand = np.where(offered, gpus * np.asarray(jobs.work_s, np.float64), 0.0).sum(-1)
     arrival = np.asarray(jobs.arrival_s, np.float64)
     span = np.where(valid, arrival, -np.inf).max(-1) - np.where(valid, arrival, np.inf).min(-1)
     span = np.where(valid.any(-1), span, 0.0)

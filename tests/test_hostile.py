@@ -12,7 +12,7 @@ import pytest
 
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
-from jaxsched import evaluate, experiment, outputs, policies, reference
+from jaxsched import evaluate, experiment, outputs, policies, reference, report
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
@@ -206,3 +206,21 @@ def test_a_philly_gang_larger_than_max_span_nodes_hold_is_counted_named_and_left
     path.write_text(philly_rows(3, gpus=[64, 33, 40]))
     with pytest.raises(DataError, match="no job of the file can be placed"):
         philly.load(path).check_schedulable(nodes, max_span=4)
+
+
+def test_offered_load_leaves_out_the_jobs_no_node_can_hold(tmp_path):
+    """``offered_load`` counted the work of jobs no node can hold (8.82 for a Philly window
+    compressed to 0.7 with one 600-GPU job): now it is the load the window was compressed to."""
+    path = tmp_path / "philly.csv"
+    path.write_text(philly_rows(100, gpus=[64 if i == 10 else 1 for i in range(100)]))
+    config = cfg_lib.load(None, ['cluster.node_groups=[["V100", 8, 8]]', 'workload.source="philly"',
+                                 f"workload.trace={str(path)!r}".replace("'", '"'), "workload.window_jobs=100",
+                                 "workload.target_load=0.7", "env.max_span=4", "env.warmup_jobs=0",
+                                 "env.measured_jobs=0", "eval.episodes=1", 'eval.schedulers=["first-fit"]',
+                                 "eval.plots=false"])
+    nodes = experiment.build_nodes(config)
+    jobs, params, _, _, info = experiment.episodes(config, nodes)
+    host = jax.device_get(jobs)
+    assert info["unschedulable_jobs"] == 1  # (evaluate's offered_load column, below, without a rollout)
+    rho = report.offered_load(host, cl.work_capacity(nodes), experiment.unschedulable(config, params, jobs))
+    assert rho[0] == pytest.approx(0.7, rel=1e-6) and report.offered_load(host, cl.work_capacity(nodes))[0] > 1.0

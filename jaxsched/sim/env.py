@@ -96,9 +96,7 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         if cfg.static:
             unschedulable = jnp.zeros(num_jobs, bool)  # static mode tests fit at each arrival
         else:
-            unschedulable = ~gangs.fits(
-                cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu, jobs.gpu_milli,
-                jobs.cpu_milli, jobs.mem_mib, jobs.model_mask, cfg.max_span, one_model=cfg.gang_one_model).any(-1)
+            unschedulable = gangs.never_fits(cluster, jobs, cfg.max_span, one_model=cfg.gang_one_model)
         if cfg.tie_break == "permutation":
             node_rank = jax.random.permutation(key, cluster.num_nodes).astype(jnp.int32)
         else:

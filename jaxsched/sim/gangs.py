@@ -59,6 +59,17 @@ def fits(cluster: Cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gp
     return jnp.where((jnp.asarray(num_gpu) >= 2)[..., None], as_gang, alone)
 
 
+def never_fits(cluster: Cluster, jobs: Jobs, span: int, one_model: bool = False):
+    """[J] bool: the job fits no node (or, a gang, no set of up to ``span`` nodes) of the
+    *empty* cluster: it fails at its arrival (``EnvConfig.max_span``, ``gang_one_model``)."""
+    free_milli = jnp.where(cluster.gpu_exists, GPU_MILLI, 0).astype(jnp.int32)
+    max_free, whole_free = resources.node_summary(free_milli)
+    free_cpu = jnp.where(cluster.valid, cluster.cpu_milli, 0)
+    free_mem = jnp.where(cluster.valid, cluster.mem_mib, 0)
+    return ~fits(cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli,
+                 jobs.mem_mib, jobs.model_mask, span, one_model=one_model).any(-1)
+
+
 def _top_sums(cap, span: int):
     """(sum of the ``span`` largest caps, sum of the span - 1 largest), each [..., 1]."""
     top = jax.lax.top_k(cap, min(span, cap.shape[-1]))[0]
