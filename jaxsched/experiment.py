@@ -218,10 +218,20 @@ def synthetic_target(syn: synthetic.SyntheticConfig) -> classes.TargetWorkload:
     return classes.target_workload(rows[:, 2], rows[:, 1], rows[:, 0], [""] * len(rows))
 
 
+def check_source_settings(w: cfg_lib.WorkloadConfig) -> None:
+    """A setting that only another source reads is refused, naming it (``qos_classes`` on a
+    source without qos values was silently ignored)."""
+    for key, value, source in (("qos_classes", w.qos_classes, "openb"), ("vcs", w.vcs, "philly")):
+        if value and w.source != source:
+            raise DataError("config", None, f"workload.{key}",
+                            f"is read for source {source!r} only; source {w.source!r} has none: leave it empty")
+
+
 def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
     """Jobs for every episode ([E, J] arrays), FGD's target workload, and a report dict."""
     w, episodes = config.workload, config.eval.episodes
     check_measurement(config)
+    check_source_settings(w)
     if w.source == "synthetic":
         syn = with_capacity(w.synthetic, nodes)
         syn.validate()
@@ -295,6 +305,7 @@ def training_workload(config: cfg_lib.Config, train, nodes: cl.NodeTable):
     ``train.train_jobs`` jobs from the part ``train.trace_span`` of the trace, compressed to
     ``workload.target_load`` (``training.make_reset`` draws from either)."""
     w = config.workload
+    check_source_settings(w)
     if w.source == "gavel":
         raise DataError("config", None, "workload.source", "'gavel' has no training workload yet: "
                         "learners train on 'synthetic', 'openb' or 'philly'")

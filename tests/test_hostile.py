@@ -224,3 +224,12 @@ def test_offered_load_leaves_out_the_jobs_no_node_can_hold(tmp_path):
     assert info["unschedulable_jobs"] == 1  # (evaluate's offered_load column, below, without a rollout)
     rho = report.offered_load(host, cl.work_capacity(nodes), experiment.unschedulable(config, params, jobs))
     assert rho[0] == pytest.approx(0.7, rel=1e-6) and report.offered_load(host, cl.work_capacity(nodes))[0] > 1.0
+
+
+@pytest.mark.parametrize("setting, key", [('workload.qos_classes=["LS"]', "workload.qos_classes"),
+                                          ('workload.vcs=["b436b2"]', "workload.vcs")])
+def test_a_setting_only_another_source_reads_is_refused(setting, key, tmp_path, capsys):
+    """``workload.qos_classes`` on a source without qos values was silently ignored."""
+    code = evaluate.main(["--set", setting, "--episodes", "1", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"'{key}'" in err[0] and "'synthetic' has none" in err[0]
