@@ -119,6 +119,7 @@ def run_scheduler(sched: str | policies.Scheduler, config: cfg_lib.Config, param
         metrics, recs = jax.device_get(run(policy_params, params, chunk, env_keys[lo:hi]))
         frame = pd.DataFrame({k: np.asarray(v) for k, v in metrics.items()})
         frame.insert(0, "episode", np.arange(lo, hi))
+        frame = frame.assign(**report.never_started(jax.device_get(chunk), recs))
         frames.append(frame)
         records.append(recs)
         if progress is not None:

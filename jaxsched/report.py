@@ -268,6 +268,21 @@ def max_load_table(max_load: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def never_started(jobs, records) -> dict:
+    """Per episode ([E] arrays), the jobs that arrived, fit the empty cluster and never started
+    by the episode's end (``records``: ``RECORD_FIELDS`` of the final states): ``never_started``
+    how many, ``first_never_started`` the first one's index (-1: none) and
+    ``first_never_started_gpus`` its GPUs; what the step-cap warning names."""
+    valid = np.asarray(jobs.valid, bool)
+    index = np.arange(valid.shape[-1])
+    arrived = index[None, :] < np.asarray(records["next_arrival"])[:, None]
+    waiting = valid & arrived & ~np.asarray(records["unschedulable"], bool) & ~np.isfinite(records["start_s"])
+    first = np.where(waiting.any(-1), waiting.argmax(-1), -1)
+    gpus = np.take_along_axis(np.asarray(jobs.num_gpu), np.maximum(first, 0)[:, None], -1)[:, 0]
+    return {"never_started": waiting.sum(-1), "first_never_started": first,
+            "first_never_started_gpus": np.where(first >= 0, gpus, 0)}
+
+
 def warnings(per_episode: pd.DataFrame, env_config) -> list:
     """What a run must say out loud, not only in a CSV column: jobs dropped from a full queue,
     episodes cut at the step cap, measured jobs that started after the last arrival."""
@@ -283,9 +298,21 @@ def warnings(per_episode: pd.DataFrame, env_config) -> list:
         capped = int((g["done"] < 1).sum())
         if capped:
             out.append(f"{where}: {capped} of {len(g)} episodes hit the step cap (eval.max_steps) "
-                       "before every measured job had left: they are left out of the summary")
+                       "before every measured job had left: they are left out of the summary"
+                       + _never_started_text(g[g["done"] < 1]))
         late = int(g["started_after_arrivals"].sum()) if "started_after_arrivals" in g else 0
         if late:
             out.append(f"{where}: {late} measured jobs started after the last arrival: too few jobs "
                        "after the measured ones to keep the cluster loaded")
     return out
+
+
+def _never_started_text(capped: pd.DataFrame) -> str:
+    """The jobs of the capped episodes that waited and never started, named (if any)."""
+    if "never_started" not in capped or not (capped["never_started"] > 0).any():
+        return ""
+    e = capped[capped["never_started"] > 0].iloc[0]
+    return (f"; {int(capped['never_started'].sum())} jobs that fit the empty cluster arrived and never "
+            f"started (first: job {int(e['first_never_started'])} of episode {int(e['episode'])}, "
+            f"{int(e['first_never_started_gpus'])} GPUs): the policy never placed them (a starved job, or one "
+            "only a node set the policy does not consider can hold)")

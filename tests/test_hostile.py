@@ -8,6 +8,7 @@ from __future__ import annotations
 import gymnasium
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from jaxsched import cluster as cl
@@ -233,3 +234,19 @@ def test_a_setting_only_another_source_reads_is_refused(setting, key, tmp_path, 
     code = evaluate.main(["--set", setting, "--episodes", "1", "--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and f"'{key}'" in err[0] and "'synthetic' has none" in err[0]
+
+
+def test_the_step_cap_warning_names_the_jobs_that_never_started():
+    """The step-cap warning named neither the job nor the reason. Two episodes of four jobs:
+    in episode 0 job 1 (4 GPUs) arrived, fits and never started, job 2 never fits, job 3 has
+    not arrived; episode 1 ended."""
+    jobs = jobs_from_numpy(arrival_s=[0, 1, 2, 3], work_s=[1] * 4, num_gpu=[1, 4, 64, 1], gpu_milli=[1000] * 4,
+                           cpu_milli=[0] * 4, mem_mib=[0] * 4)
+    jobs = jax.tree.map(lambda x: np.stack([x, x]), jobs)
+    records = {"next_arrival": np.asarray([3, 4]), "unschedulable": np.asarray([[0, 0, 1, 0]] * 2, bool),
+               "start_s": np.asarray([[0, np.inf, np.inf, np.inf], [0, 1, np.inf, 3]], np.float32)}
+    cols = report.never_started(jobs, records)
+    assert cols["never_started"].tolist() == [1, 0] and cols["first_never_started"].tolist() == [1, -1]
+    frame = pd.DataFrame({"scheduler": "las", "episode": [0, 1], "done": [0, 1], "dropped_overflow": 0, **cols})
+    (line,) = report.warnings(frame, EnvConfig())
+    assert "1 of 2 episodes hit the step cap" in line and "first: job 1 of episode 0, 4 GPUs" in line
