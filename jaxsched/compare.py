@@ -139,6 +139,10 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, metrics=METRICS, path_a="A", path_b="
         raise DataError(path_b, None, "episode", f"{len(only)} episodes are in only one of {path_a} ({len(a)} "
                         f"episodes) and {path_b} ({len(b)}) (first: {only[0]}): not the same episodes")
     b = b.loc[a.index]
+    if not any(field in a.columns and field in b.columns for field in SAME_EPISODE):
+        lacking = path_a if not any(f in a.columns for f in SAME_EPISODE) else path_b
+        raise DataError(lacking, 1, None, f"none of the columns {', '.join(SAME_EPISODE)} that show two runs "
+                        "played the same episodes (evaluate's per_episode.csv has them): cannot pair its episodes")
     for field in SAME_EPISODE:
         if field in a.columns and field in b.columns:
             x, y = a[field].to_numpy(), b[field].to_numpy()

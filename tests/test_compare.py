@@ -98,7 +98,7 @@ def fails_cleanly(capsys, *argv) -> str:
     return err
 
 
-GOOD = "scheduler,episode,frag_rate,done\nfgd,0,0.5,1\nfgd,1,0.6,1\n"
+GOOD = "scheduler,episode,frag_rate,done,offered_load\nfgd,0,0.5,1,0.8\nfgd,1,0.6,1,0.8\n"
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -134,7 +134,7 @@ def test_cli_names_a_missing_file_a_folder_without_a_run_and_a_missing_scheduler
 
 def test_cli_refuses_runs_of_other_episodes(tmp_path, capsys):
     (tmp_path / "a.csv").write_text(GOOD)
-    (tmp_path / "b.csv").write_text(GOOD.replace("fgd,1,0.6,1\n", ""))
+    (tmp_path / "b.csv").write_text(GOOD.replace("fgd,1,0.6,1,0.8\n", ""))
     assert "(2 episodes)" in fails_cleanly(capsys, tmp_path / "a.csv", tmp_path / "b.csv", "--metrics", "frag_rate")
     (tmp_path / "c.csv").write_text(GOOD.replace("fgd,1,", "fgd,7,"))  # other seeds
     assert "not the same episodes" in fails_cleanly(capsys, tmp_path / "a.csv", tmp_path / "c.csv",
@@ -147,11 +147,11 @@ def test_cli_refuses_runs_of_other_episodes(tmp_path, capsys):
     ("scheduler", "field 'scheduler': a key column, not a metric"),
     ("episode", "field 'episode': a key column, not a metric"),
     ("note", "field 'note': not a number ('fast', episode 0)"),
-    ("nosuch", "field 'nosuch': no such metric column; its metrics are: frag_rate, done"),
+    ("nosuch", "field 'nosuch': no such metric column; its metrics are: frag_rate, done, offered_load"),
 ])
 def test_cli_names_a_bad_metric(tmp_path, capsys, metrics, problem):
     run = tmp_path / "run.csv"
-    run.write_text(GOOD.replace(",done\n", ",done,note\n").replace(",1\n", ",1,fast\n"))
+    run.write_text(GOOD.replace(",offered_load\n", ",offered_load,note\n").replace(",0.8\n", ",0.8,fast\n"))
     assert problem in fails_cleanly(capsys, run, run, "--metrics", metrics)
 
 

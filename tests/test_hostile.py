@@ -13,7 +13,7 @@ import pytest
 
 from jaxsched import cluster as cl
 from jaxsched import config as cfg_lib
-from jaxsched import evaluate, experiment, outputs, policies, reference, report
+from jaxsched import compare, evaluate, experiment, outputs, policies, reference, report
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.errors import DataError
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
@@ -250,3 +250,14 @@ def test_the_step_cap_warning_names_the_jobs_that_never_started():
     frame = pd.DataFrame({"scheduler": "las", "episode": [0, 1], "done": [0, 1], "dropped_overflow": 0, **cols})
     (line,) = report.warnings(frame, EnvConfig())
     assert "1 of 2 episodes hit the step cap" in line and "first: job 1 of episode 0, 4 GPUs" in line
+
+
+def test_compare_refuses_files_that_cannot_show_they_hold_the_same_episodes(tmp_path):
+    """``compare`` paired the episodes of two different seeds without a word when the check
+    columns (offered_load, jobs_total, measured_jobs) were missing."""
+    a = pd.DataFrame({"scheduler": "x", "episode": [0, 1], "jct_mean": [1.0, 2.0], "done": 1})
+    with pytest.raises(DataError, match="cannot pair") as e:
+        compare.pair(a, a.copy(), ["jct_mean"], "a.csv", "b.csv")
+    assert e.value.path == "a.csv"
+    checked = a.assign(offered_load=[0.8, 0.9])
+    assert compare.pair(checked, checked.copy(), ["jct_mean"])["pairs"].tolist() == [2]
