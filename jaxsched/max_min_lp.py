@@ -68,14 +68,14 @@ def allocation(throughput, scale, share, workers) -> np.ndarray:
 
 def allocation_in_jit(throughput, scale, share, workers, solve=True, previous=None):
     """``allocation`` from inside a jitted (and vmapped) step: [J, M] float32. With ``solve``
-    ([] bool) false the LP is not solved and ``previous`` ([J, M]) comes back: a ``lax.cond``
-    under ``vmap`` would run the callback on every episode anyway, so the choice is made on
-    the host, episode by episode."""
+    ([] bool) false the LP is not solved and ``previous`` ([J, M]) is the result: a
+    ``lax.cond`` under ``vmap`` would run the callback on every episode anyway, so the host
+    skips the solve, episode by episode, and the result is selected here."""
     out = jax.ShapeDtypeStruct(throughput.shape, jnp.float32)
-    previous = jnp.zeros(throughput.shape, jnp.float32) if previous is None else previous
-    return jax.pure_callback(_allocation_or_previous, out, jnp.asarray(solve), previous, throughput, scale, share,
-                             workers, vmap_method="sequential")
+    x = jax.pure_callback(_allocation_if, out, jnp.asarray(solve), throughput, scale, share, workers,
+                          vmap_method="sequential")
+    return x if previous is None else jnp.where(solve, x, previous)
 
 
-def _allocation_or_previous(solve, previous, *lp) -> np.ndarray:
-    return allocation(*lp) if bool(solve) else np.asarray(previous, np.float32)
+def _allocation_if(solve, throughput, *lp) -> np.ndarray:
+    return allocation(throughput, *lp) if bool(solve) else np.zeros(np.shape(throughput), np.float32)
