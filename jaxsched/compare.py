@@ -28,6 +28,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import csv
 import io
 import re
 import sys
@@ -90,6 +91,11 @@ def read_csv(path: Path) -> pd.DataFrame:
     text = read_text(path)
     if not text.strip():
         raise DataError(path, None, None, "empty file: not a per-episode file of a run")
+    rows = list(csv.reader(io.StringIO(text)))
+    short = next((i for i, row in enumerate(rows[1:], start=2) if row and len(row) < len(rows[0])), None)
+    if short is not None:  # pandas would fill the missing fields with NaN
+        raise DataError(path, short, None, f"cut short: {len(rows[short - 1])} of the header's {len(rows[0])} "
+                        "fields (a file truncated mid-row?)")
     try:
         return pd.read_csv(io.StringIO(text))
     except ValueError as err:  # pandas.errors.ParserError and EmptyDataError are ValueErrors

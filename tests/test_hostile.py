@@ -261,3 +261,25 @@ def test_compare_refuses_files_that_cannot_show_they_hold_the_same_episodes(tmp_
     assert e.value.path == "a.csv"
     checked = a.assign(offered_load=[0.8, 0.9])
     assert compare.pair(checked, checked.copy(), ["jct_mean"])["pairs"].tolist() == [2]
+
+
+@pytest.mark.parametrize("loader, text", [
+    (lambda p: alibaba.load_openb_pods(p, mode="dynamic"),
+     "openb-pod-0000,12000,16384,1,1000,,LS,Running,0,,\nopenb-pod-0001,8000,8192,0,0,,BE,Running,0,,\n"),
+    (philly.load, "2017-10-01 00:10:00,100.0,1,100.0,aaa\n2017-10-01 00:20:00,0,1,0,aaa\n")])
+def test_a_trace_without_a_header_row_says_so(tmp_path, loader, text):
+    """A pod list without its header row was reported as "column '0' appears twice"."""
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    with pytest.raises(DataError, match="no header row: line 1 looks like data") as e:
+        loader(path)
+    assert e.value.row == 1
+
+
+def test_a_per_episode_csv_cut_mid_row_is_named_as_cut(tmp_path):
+    """A CSV cut mid-row was reported as "not the same episodes" (its last row read as NaNs)."""
+    path = tmp_path / "per_episode.csv"
+    path.write_text("scheduler,episode,jct_mean,offered_load\nfgd,0,10.0,0.8\nfgd,1,12.0")
+    with pytest.raises(DataError, match="cut short: 3 of the header's 4 fields") as e:
+        compare.read_csv(path)
+    assert e.value.row == 3

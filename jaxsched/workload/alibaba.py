@@ -251,11 +251,22 @@ def _read_table(path: Path, needed) -> tuple:
     if not rows:
         raise DataError(path, None, None, "empty file (no header row)")
     header, header_line = tuple(rows[0]), int(lines[0])
+    if not any(c in header for c in needed) and any(_is_number(x) for x in header):
+        raise DataError(path, header_line, None, f"no header row: line {header_line} looks like data ({header[:4]}...); "
+                        f"the file's first line must name its columns, among them {list(needed)}")
     _check_header(path, header, header_line)
     missing = [c for c in needed if c not in header]
     if missing:
         raise DataError(path, header_line, missing[0], f"missing column(s) {missing}; header is {header}")
     return header, header_line, rows[1:], lines[1:]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_header(path, header, line) -> None:
