@@ -285,7 +285,8 @@ def never_started(jobs, records) -> dict:
 
 def warnings(per_episode: pd.DataFrame, env_config) -> list:
     """What a run must say out loud, not only in a CSV column: jobs dropped from a full queue,
-    episodes cut at the step cap, measured jobs that started after the last arrival."""
+    jobs that failed at arrival, episodes cut at the step cap, measured jobs that started
+    after the last arrival."""
     out = []
     by = [c for c in ("scheduler", "load") if c in per_episode.columns]
     for key, g in per_episode.groupby(by, sort=False):
@@ -295,6 +296,11 @@ def warnings(per_episode: pd.DataFrame, env_config) -> list:
             out.append(f"{where}: {dropped} jobs dropped from a full queue in "
                        f"{int((g['dropped_overflow'] > 0).sum())} of {len(g)} episodes "
                        f"(env.queue_capacity = {env_config.queue_capacity}): the queue grew past it")
+        failed = int(g["failed"].sum()) if "failed" in g else 0
+        if failed:
+            out.append(f"{where}: {failed} jobs failed at arrival in {int((g['failed'] > 0).sum())} of {len(g)} "
+                       "episodes: no node of the empty cluster (gangs: no set of env.max_span nodes) can hold "
+                       "them, or their job type runs on none of its GPUs; they are left out of the JCTs")
         capped = int((g["done"] < 1).sum())
         if capped:
             out.append(f"{where}: {capped} of {len(g)} episodes hit the step cap (eval.max_steps) "

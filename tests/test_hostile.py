@@ -283,3 +283,11 @@ def test_a_per_episode_csv_cut_mid_row_is_named_as_cut(tmp_path):
     with pytest.raises(DataError, match="cut short: 3 of the header's 4 fields") as e:
         compare.read_csv(path)
     assert e.value.row == 3
+
+
+def test_jobs_that_failed_at_arrival_are_said_out_loud():
+    """Jobs whose type runs on no GPU of the cluster (or that no node holds) were counted as
+    failed with no message."""
+    frame = pd.DataFrame({"scheduler": "las", "episode": [0, 1], "done": 1, "dropped_overflow": 0, "failed": [0, 3]})
+    (line,) = report.warnings(frame, EnvConfig())
+    assert line.startswith("scheduler las: 3 jobs failed at arrival in 1 of 2 episodes")
