@@ -249,6 +249,8 @@ def sweep_load(config: cfg_lib.Config, show_progress: bool = True, agents=()):
     check_schedulers(config)
     nodes = experiment.build_nodes(config)
     config = experiment.span_within(config, nodes)
+    for load in loads:  # every load's settings hold, before any runs
+        experiment.with_load(config, load, nodes)
     runs = [(name, None) for name in config.eval.schedulers] + list(agents)
     total = config.eval.episodes * len(runs) * len(loads)
     frames, infos = [], {}

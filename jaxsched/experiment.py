@@ -195,6 +195,13 @@ def with_load(config: cfg_lib.Config, load: float, nodes: cl.NodeTable) -> cfg_l
         w = dataclasses.replace(w, synthetic=syn)
     else:
         w = dataclasses.replace(w, target_load=float(load))
+    span_s = {"gavel": lambda: w.gavel.num_jobs / w.gavel.jobs_per_hour * 3600.0,
+              "synthetic": lambda: w.synthetic.num_jobs * w.synthetic.mean_interarrival_s}.get(w.source, lambda: 0.0)()
+    if span_s > alibaba.MAX_EPISODE_S:  # (trace windows are checked as they are cut)
+        raise DataError("config", None, "eval.sweep_loads",
+                        f"at load {load:g} an episode's arrivals span about {span_s:.3g} s, past the "
+                        f"{alibaba.MAX_EPISODE_S:g} s float32 keeps to the second: its times would be rounded; "
+                        f"the lowest load this workload takes is about {load * span_s / alibaba.MAX_EPISODE_S:.2g}")
     return dataclasses.replace(config, workload=w)
 
 

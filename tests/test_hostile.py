@@ -291,3 +291,12 @@ def test_jobs_that_failed_at_arrival_are_said_out_loud():
     frame = pd.DataFrame({"scheduler": "las", "episode": [0, 1], "done": 1, "dropped_overflow": 0, "failed": [0, 3]})
     (line,) = report.warnings(frame, EnvConfig())
     assert line.startswith("scheduler las: 3 jobs failed at arrival in 1 of 2 episodes")
+
+
+def test_a_sweep_load_so_low_that_float32_rounds_its_times_is_refused_before_any_runs(tmp_path, capsys):
+    """A synthetic sweep at load 1e-6 changed run times by float32 rounding (the same jobs gave
+    jct_mean 3,699.46 s there and 3,698.49 s at 0.5)."""
+    code = evaluate.main(["--loads", "0.5,1e-6", "--episodes", "1", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "eval.sweep_loads" in err[0] and "at load 1e-06" in err[0]
+    assert not any((tmp_path / "o").iterdir())  # refused before any load ran
