@@ -437,6 +437,9 @@ def main(argv=None, prog: str = "python -m jaxsched.evaluate") -> int:
     except (DataError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before any scheduler finished (evaluate keeps those that did)
+        print("interrupted before any scheduler finished: nothing written", file=sys.stderr)
+        return 130
     print(f"wrote {out_dir}/" + ", ".join(written))
     if info.get("interrupted"):
         print(f"interrupted: the results above are those of {', '.join(info['schedulers_done'])} only",

@@ -300,3 +300,13 @@ def test_a_sweep_load_so_low_that_float32_rounds_its_times_is_refused_before_any
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "eval.sweep_loads" in err[0] and "at load 1e-06" in err[0]
     assert not any((tmp_path / "o").iterdir())  # refused before any load ran
+
+
+def test_ctrl_c_before_any_scheduler_finished_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during evaluate's first compile ended in a KeyboardInterrupt traceback."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(evaluate, "run_scheduler", interrupted)
+    code = evaluate.main(["--set", "workload.synthetic.num_jobs=50", "--set", "env.warmup_jobs=0", "--set",
+                          "env.measured_jobs=0", "--episodes", "1", "--out", str(tmp_path / "o"), "--quiet"])
+    assert code == 130 and capsys.readouterr().err.strip() == "interrupted before any scheduler finished: nothing written"
