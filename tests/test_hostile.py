@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from jaxsched import cluster as cl
-from jaxsched import config as cfg_lib
 from jaxsched import compare, evaluate, experiment, outputs, policies, reference, report
-from jaxsched.sim import ClusterEnv, EnvConfig
+from jaxsched import config as cfg_lib
 from jaxsched.errors import DataError
+from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
 from jaxsched.workload import alibaba, gavel, philly
 from tests.strategies import FRAG_CLASSES

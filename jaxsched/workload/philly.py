@@ -46,8 +46,7 @@ from jaxsched import cluster as _cluster
 from jaxsched.errors import DataError
 from jaxsched.types import ALL_MODELS, GPU_MILLI
 from jaxsched.workload.alibaba import (INT32_MAX, MAX_TRACE_TIME_S, TraceWorkload, _check_isolated, _columns,
-                                       _first_line,
-                                       _numbers, _read_table)
+                                       _first_line, _numbers, _read_table)
 
 log = logging.getLogger(__name__)
 

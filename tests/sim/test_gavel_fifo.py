@@ -13,8 +13,8 @@ import pytest
 
 from jaxsched import cluster as cl
 from jaxsched import reference
-from jaxsched.sim import rounds as sim_rounds
 from jaxsched.policies.rounds import gavel_fifo_allocation, gavel_pick
+from jaxsched.sim import rounds as sim_rounds
 from jaxsched.types import jobs_from_numpy
 from tests.sim import test_preemption as tp
 
