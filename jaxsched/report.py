@@ -30,6 +30,10 @@ BY_SIZE = ("jct_mean_small", "jct_mean_2to8", "jct_mean_over8",
 SATURATION_GROWTH = 0.02
 
 
+# Per-episode columns that name something rather than measure it: not averaged.
+NOT_METRICS = ("first_never_started", "first_never_started_gpus")
+
+
 def summarize(per_episode: pd.DataFrame, by="scheduler") -> pd.DataFrame:
     """Mean and 95% confidence half-width (normal approximation) of every metric per group.
 
@@ -41,7 +45,7 @@ def summarize(per_episode: pd.DataFrame, by="scheduler") -> pd.DataFrame:
     ``episodes`` counts the rest), and a group with none left gets NaN.
     """
     keys = [by] if isinstance(by, str) else list(by)
-    metrics = [c for c in per_episode.columns if c not in (*keys, "episode")]
+    metrics = [c for c in per_episode.columns if c not in (*keys, "episode", *NOT_METRICS)]
     rows = []
     for name, group in per_episode.groupby(keys if len(keys) > 1 else keys[0], sort=False):
         row = dict(zip(keys, name if len(keys) > 1 else (name,)))
