@@ -302,8 +302,7 @@ def gavel_fifo(params, state, key, env_params):
     alloc = seg.policy_model
 
     def allocate(alloc):  # a job runs on a model that can hold it (Gavel's servers hold any job)
-        runs_on = fits_each_model_when_empty(cluster, jobs.num_gpu, jobs.cpu_milli, jobs.mem_mib, jobs.model_mask,
-                                             round_settings.max_span) & (workers > 0)
+        runs_on = fits_each_model_when_empty(cluster, jobs, round_settings.max_span) & (workers > 0)
         return gavel_fifo_allocation(alloc, active_jobs(state), jobs.num_gpu, runs_on, workers)
     if round_settings.reset_s > 0:
         alloc = jax.lax.cond(state.core.rounds.reset, allocate, lambda a: a, alloc)

@@ -59,15 +59,22 @@ def fits(cluster: Cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gp
     return jnp.where((jnp.asarray(num_gpu) >= 2)[..., None], as_gang, alone)
 
 
-def never_fits(cluster: Cluster, jobs: Jobs, span: int, one_model: bool = False):
-    """[J] bool: the job fits no node (or, a gang, no set of up to ``span`` nodes) of the
-    *empty* cluster: it fails at its arrival (``EnvConfig.max_span``, ``gang_one_model``)."""
+def fits_when_empty(cluster: Cluster, num_gpu, gpu_milli, cpu_milli, mem_mib, model_mask, span: int,
+                    one_model: bool = False):
+    """[..., N] bool: ``fits`` on the *empty* cluster (every GPU, CPU and MiB free). Job fields [...]."""
     free_milli = jnp.where(cluster.gpu_exists, GPU_MILLI, 0).astype(jnp.int32)
     max_free, whole_free = resources.node_summary(free_milli)
     free_cpu = jnp.where(cluster.valid, cluster.cpu_milli, 0)
     free_mem = jnp.where(cluster.valid, cluster.mem_mib, 0)
-    return ~fits(cluster, free_cpu, free_mem, max_free, whole_free, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli,
-                 jobs.mem_mib, jobs.model_mask, span, one_model=one_model).any(-1)
+    return fits(cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli, cpu_milli, mem_mib,
+                model_mask, span, one_model=one_model)
+
+
+def never_fits(cluster: Cluster, jobs: Jobs, span: int, one_model: bool = False):
+    """[J] bool: the job fits no node (or, a gang, no set of up to ``span`` nodes) of the
+    *empty* cluster: it fails at its arrival (``EnvConfig.max_span``, ``gang_one_model``)."""
+    return ~fits_when_empty(cluster, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli, jobs.mem_mib, jobs.model_mask,
+                            span, one_model).any(-1)
 
 
 def _top_sums(cap, span: int):
@@ -96,17 +103,13 @@ def anchor_fits_one_model(cluster: Cluster, cap, num_gpu, span: int):
     return (ok & on).any(-2)
 
 
-def fits_each_model_when_empty(cluster: Cluster, num_gpu, cpu_milli, mem_mib, model_mask, span: int):
-    """[..., M] bool (M = every model id): the job fits the empty cluster on nodes of model m
-    alone: one node of m holds it, or (a job of k >= 2 GPUs with gangs, ``span`` > 1) the
-    ``span`` m-nodes of the most capacity hold its k GPUs. Job fields [...]."""
-    whole = jnp.where(cluster.valid, cluster.num_gpus, 0)
-    cap = caps(cluster, jnp.where(cluster.valid, cluster.cpu_milli, 0), jnp.where(cluster.valid, cluster.mem_mib, 0),
-               whole, num_gpu, cpu_milli, mem_mib, model_mask)  # [..., N]
+def fits_each_model_when_empty(cluster: Cluster, jobs: Jobs, span: int):
+    """[J, M] bool (M = every model id): the job fits the empty cluster on nodes of model m
+    alone (``fits_when_empty`` with the gang held to its anchor's model, at m's nodes)."""
+    ok = fits_when_empty(cluster, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli, jobs.mem_mib, jobs.model_mask,
+                         span, one_model=True)  # [J, N]
     on = cluster.gpu_model[None, :] == jnp.arange(len(MODEL_NAMES))[:, None]  # [M, N]
-    cap_m = jnp.where(on, jnp.asarray(cap)[..., None, :], 0)  # [..., M, N]
-    held = jax.lax.top_k(cap_m, min(span, cap_m.shape[-1]))[0].sum(-1) if span > 1 else cap_m.max(-1)
-    return held >= jnp.maximum(jnp.asarray(num_gpu), 1)[..., None]
+    return (ok[:, None, :] & on).any(-1)
 
 
 def same_model_caps(cluster: Cluster, cap, anchor):
