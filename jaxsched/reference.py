@@ -1881,9 +1881,8 @@ def _fits_model_when_empty(sim: ReferenceSim, j: int, m: int) -> bool:
     nodes = [n for n in range(sim.N) if sim.node_valid[n] and sim.gpu_model[n] == m]
 
     def most_gpus(n):  # the most whole GPUs of empty node n whose share of the job's CPU and memory fits
-        k = job.num_gpu
         return max((g for g in range(len(sim.gpus_of[n]) + 1)
-                    if -(-job.cpu_milli * g // k) <= sim.cpu_cap[n] and -(-job.mem_mib * g // k) <= sim.mem_cap[n]),
+                    if all(need <= cap for need, cap in zip(sim._part_request(j, g), (sim.cpu_cap[n], sim.mem_cap[n])))),
                    default=0)
     if job.num_gpu >= 2 and sim.config.max_span > 1:
         return sum(sorted((most_gpus(n) for n in nodes), reverse=True)[:sim.config.max_span]) >= job.num_gpu
