@@ -107,7 +107,10 @@ class WorkloadConfig:
     when empty; its windows are replayed as openb's are, gang sizes as given) or "gavel"
     (Gavel's synthetic workload, ``workload.gavel``: its rate in jobs per hour, jobs per
     episode, multi-GPU jobs or not; job types run at the speeds of the throughput table
-    ``throughputs``, on a cluster of K80, P100 and V100 GPUs; workload/gavel.py).
+    ``throughputs``, on a cluster of K80, P100 and V100 GPUs; workload/gavel.py; with
+    ``trace`` set, the first ``gavel.num_jobs`` jobs of that file in Gavel's own trace format,
+    ``gavel.load_trace``, replayed at their own arrival times in every episode, and
+    ``jobs_per_hour`` and ``multi_gpu`` not read).
 
     For "openb": ``trace`` is the pod list; each episode is a window of ``window_jobs``
     consecutive arrivals, work capped at ``max_work_s``, time-compressed to offered load

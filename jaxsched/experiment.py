@@ -137,7 +137,10 @@ def trace_episodes(trace, nodes: cl.NodeTable, span, jobs_per_window: int, num_w
 
 def gavel_episodes(config: cfg_lib.Config, nodes: cl.NodeTable):
     """([E, J] numpy ``Jobs``, Gavel's throughputs): ``eval.episodes`` draws of Gavel's
-    workload (``workload.gavel``), episode i from ``episode_keys(eval.seed, E, 0)[i]``, as
+    workload (``workload.gavel``), episode i from ``episode_keys(eval.seed, E, 0)[i]`` (with
+    ``gavel.generator = "gavel"``, Gavel's own stream of seed eval.seed + i; or,
+    with ``workload.trace``, the first ``gavel.num_jobs`` jobs of that trace in Gavel's own
+    format, ``gavel.load_trace``, in every episode), as
     ``gavel.to_jobs`` makes them for the cluster's largest server and ``env.max_span``: a job
     larger than a server spans servers at Gavel's measured spread speed, so
     ``env.spread_penalty`` must be 1.0."""
@@ -151,8 +154,18 @@ def gavel_episodes(config: cfg_lib.Config, nodes: cl.NodeTable):
     if len(w.gavel.distributed) != len(throughputs.job_types):
         raise DataError("config", None, "workload.gavel.distributed",
                         f"{len(w.gavel.distributed)} values; {throughputs.path} has {len(throughputs.job_types)} job types")
-    keys = episode_keys(config.eval.seed, config.eval.episodes, stream=0)
-    drawn = jax.device_get(jax.vmap(lambda k: gavel.generate(k, w.gavel))(keys))
+    if w.trace:  # one stream in Gavel's own format, the same in every episode
+        stream = gavel.load_trace(paths.resolve_data_path(w.trace), throughputs)
+        if len(stream.arrival_s) < w.gavel.num_jobs:
+            raise DataError("config", None, "workload.gavel.num_jobs",
+                            f"{w.gavel.num_jobs} jobs per episode; the trace {w.trace} has {len(stream.arrival_s)}")
+        drawn = jax.tree.map(lambda x: np.repeat(x[None, :w.gavel.num_jobs], config.eval.episodes, axis=0), stream)
+    elif w.gavel.generator == "gavel":  # Gavel's own draws: episode i is its --seed eval.seed + i
+        streams = [gavel.generate_as_gavel(config.eval.seed + e, w.gavel) for e in range(config.eval.episodes)]
+        drawn = jax.tree.map(lambda *x: np.stack(x), *streams)
+    else:
+        keys = episode_keys(config.eval.seed, config.eval.episodes, stream=0)
+        drawn = jax.device_get(jax.vmap(lambda k: gavel.generate(k, w.gavel))(keys))
     per_episode = [gavel.to_jobs(jax.tree.map(lambda x: x[e], drawn), throughputs, gavel.MODELS,
                                  gpus_per_node=int(nodes.num_gpus.max()), max_span=config.env.max_span,
                                  gang_speed=w.gavel.gang_speed)
@@ -184,6 +197,9 @@ def with_load(config: cfg_lib.Config, load: float, nodes: cl.NodeTable) -> cfg_l
     ``load`` (``gavel.offered_load``). The same episode keys then give the same jobs,
     arriving faster or slower."""
     w = config.workload
+    if w.source == "gavel" and w.trace:
+        raise DataError("config", None, "eval.sweep_loads",
+                        f"a Gavel trace ({w.trace}) is replayed at its own arrival times: it has no load to sweep")
     if w.source == "gavel":
         base = gavel.offered_load(w.gavel, cl.work_capacity(nodes))
         w = dataclasses.replace(w, gavel=dataclasses.replace(w.gavel, jobs_per_hour=w.gavel.jobs_per_hour * float(load) / base))
@@ -264,9 +280,12 @@ def build_workload(config: cfg_lib.Config, nodes: cl.NodeTable):
     if w.source == "gavel":
         jobs, throughputs = gavel_episodes(config, nodes)
         capacity = cl.work_capacity(nodes)
-        info = {"source": "gavel", "throughputs": throughputs.path, "jobs_per_episode": w.gavel.num_jobs,
-                "jobs_per_hour": w.gavel.jobs_per_hour, "multi_gpu": w.gavel.multi_gpu,
-                "expected_offered_load": gavel.offered_load(w.gavel, capacity)}
+        info = {"source": "gavel", "throughputs": throughputs.path, "jobs_per_episode": w.gavel.num_jobs}
+        if w.trace:
+            info["trace"] = w.trace
+        else:
+            info.update(jobs_per_hour=w.gavel.jobs_per_hour, multi_gpu=w.gavel.multi_gpu,
+                        expected_offered_load=gavel.offered_load(w.gavel, capacity))
         return to_device(jobs), gavel_target(w.gavel), info
     raise DataError("config", None, "workload.source", f"must be one of {SOURCES}, got {w.source!r}")
 

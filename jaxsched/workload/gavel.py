@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -78,6 +79,7 @@ LONG_PROB = 0.2          # share of long jobs
 LONG_EXPONENT = (3.0, 4.0)   # duration = 60 × 10^U(lo, hi) seconds
 SHORT_EXPONENT = (1.5, 3.0)
 GANG_SPEEDS = ("spread", "consolidated")  # GavelConfig.gang_speed
+GENERATORS = ("jaxsched", "gavel")  # GavelConfig.generator
 
 # Gavel's 26 job types (its scheduler/job_table.py), in the order of simulation_throughputs.json,
 # and whether each runs distributed (scale factor 2, 4, 8): all but A3C, Recommendation, CycleGAN.
@@ -291,6 +293,10 @@ class GavelConfig:
                    of the GPU types every round, so each running job's type is drawn afresh
                    each round and its time spreads over the types in proportion to their GPUs
                    (docs/workloads.md, "Gavel"). Default false: each type at its own speed.
+    generator      "jaxsched" (default): ``generate``, JAX's draws from the episode's key;
+                   "gavel": ``generate_as_gavel``, Gavel's own draws (Python's Mersenne
+                   Twister as its simulator seeds it), so episode i is the very stream
+                   Gavel's ``--seed`` (eval.seed + i) simulates: its printed curves are seed 0
     """
 
     jobs_per_hour: float
@@ -299,6 +305,7 @@ class GavelConfig:
     distributed: tuple = DISTRIBUTED
     gang_speed: str = "spread"
     agnostic_speed: bool = False
+    generator: str = "jaxsched"
 
     def __post_init__(self):
         if isinstance(self.distributed, (list, np.ndarray)):
@@ -324,6 +331,8 @@ class GavelConfig:
             raise bad("distributed", "multi_gpu needs at least one distributed job type")
         if not isinstance(self.agnostic_speed, (bool, np.bool_)):
             raise bad("agnostic_speed", f"must be true or false, got {self.agnostic_speed!r}")
+        if self.generator not in GENERATORS:
+            raise bad("generator", f"must be one of {GENERATORS}, got {self.generator!r}")
         if self.gang_speed not in GANG_SPEEDS:
             raise bad("gang_speed", f"must be one of {GANG_SPEEDS}, got {self.gang_speed!r}")
         return self
@@ -384,6 +393,104 @@ def generate(key: jax.Array, config: GavelConfig) -> GavelJobs:
     return GavelJobs(arrival_s=arrival.astype(jnp.float32), work_s=work.astype(jnp.float32),
                      num_gpus=jnp.asarray(SCALE_FACTORS, jnp.int32)[scale],
                      job_type=job_type.astype(jnp.int32))
+
+
+def generate_as_gavel(seed: int, config: GavelConfig) -> GavelJobs:
+    """The stream Gavel's simulator draws with ``--seed seed`` (``GavelJobs``, numpy, on the
+    host), draw for draw: its job generator is Python's ``random.Random(seed + 2)``, its
+    inter-arrival generator ``random.Random(seed + 3)`` (``Scheduler._initialize_seeds``).
+    Per job, in this order (``utils.generate_job``, commit 2d8e076): a scale factor from
+    r = uniform(0, 1) (2 if 0.7 <= r <= 0.8, 4 if 0.8 < r <= 0.95, 8 if r > 0.95, else 1;
+    drawn even without multi-GPU jobs, then set to 1), a duration (long if random() >= 0.8:
+    60 x 10^uniform(3, 4) s, else 60 x 10^uniform(1.5, 3) s), then a job type by choice over
+    the types until one runs at that scale factor (``config.distributed``). The first job
+    arrives at 0 s and each gap is -ln(1 - random()) x 3600 / jobs_per_hour s. The same
+    distributions as ``generate``, other draws: the streams of Gavel's published runs."""
+    config.validate()
+    jobs, gaps = random.Random(seed + 2), random.Random(seed + 3)
+    mean_gap_s = 3600.0 / config.jobs_per_hour
+    types = range(len(config.distributed))
+    arrival, work, gpus, kind = np.zeros((4, config.num_jobs))
+    clock = 0.0
+    for j in range(config.num_jobs):
+        r = jobs.uniform(0, 1)
+        scale = 2 if 0.7 <= r <= 0.8 else 4 if 0.8 <= r <= 0.95 else 8 if r >= 0.95 else 1
+        lo, hi = LONG_EXPONENT if jobs.random() >= 1 - LONG_PROB else SHORT_EXPONENT
+        work[j] = 60 * 10 ** jobs.uniform(lo, hi)
+        gpus[j] = scale if config.multi_gpu else 1
+        kind[j] = jobs.choice(types)
+        while gpus[j] > 1 and not config.distributed[int(kind[j])]:
+            kind[j] = jobs.choice(types)
+        arrival[j] = clock
+        clock += -math.log(1.0 - gaps.random()) / (1.0 / mean_gap_s)
+    return GavelJobs(arrival_s=arrival.astype(np.float32), work_s=work.astype(np.float32),
+                     num_gpus=gpus.astype(np.int32), job_type=kind.astype(np.int32))
+
+
+TRACE_FIELDS = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps", "scale_factor",
+                "priority_weight", "SLO", "arrival_time")  # Gavel's trace format, tab-separated
+
+
+def load_trace(path, throughputs: Throughputs) -> GavelJobs:
+    """The jobs of a trace in Gavel's own format (its ``scheduler/utils.py`` ``parse_trace``:
+    one job a line, the ``TRACE_FIELDS`` tab-separated, no header), as ``GavelJobs`` (numpy,
+    in file order): ``job_type`` the index of its type in ``throughputs.job_types``,
+    ``num_gpus`` its scale factor, ``arrival_s`` its arrival time, and ``work_s`` its total
+    steps over its throughput on the reference GPU at its scale factor (the inverse of
+    Gavel's ``generate_job``: steps = duration x V100 throughput). The command, data-dir,
+    priority and SLO fields are read for their form only (jaxsched gives every job weight 1
+    and no SLO). ``DataError`` naming the file, line and field: a line without 9 fields, an
+    unknown job type, a scale factor outside 1, 2, 4, 8 or not measured on the reference GPU,
+    total steps or an arrival time that is not a finite number >= 0 (steps > 0), or arrivals
+    out of order (Gavel asserts they do not decrease)."""
+    text = read_text(path)
+    index = {name: t for t, name in enumerate(throughputs.job_types)}
+    ref = throughputs.gpu_types.index(throughputs.reference)
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(TRACE_FIELDS):
+            raise DataError(path, n, None, f"{len(fields)} tab-separated fields, Gavel's trace format has "
+                            f"{len(TRACE_FIELDS)} ({', '.join(TRACE_FIELDS)})")
+        value = dict(zip(TRACE_FIELDS, fields))
+
+        def number(field, positive=False):
+            try:
+                x = float(value[field])
+            except ValueError:
+                raise DataError(path, n, field, f"not a number: {value[field]!r}") from None
+            if not math.isfinite(x) or x < 0 or (positive and x == 0):
+                raise DataError(path, n, field, f"must be a finite number {'>' if positive else '>='} 0, got {x!r}")
+            return x
+
+        if value["job_type"] not in index:
+            raise DataError(path, n, "job_type", f"{value['job_type']!r} is not a job type of {throughputs.path}")
+        kind = index[value["job_type"]]
+        scale = number("scale_factor")
+        if scale not in SCALE_FACTORS:
+            raise DataError(path, n, "scale_factor", f"must be one of {SCALE_FACTORS}, got {value['scale_factor']!r}")
+        per_s = throughputs.steps_per_s[kind, SCALE_FACTORS.index(int(scale)), ref]
+        if not per_s > 0:
+            raise DataError(path, n, "scale_factor", f"{value['job_type']} was not measured on "
+                            f"{int(scale)} {throughputs.reference} GPUs in {throughputs.path}")
+        for field in ("needs_data_dir", "priority_weight"):
+            number(field)
+        try:
+            float(value["SLO"])
+        except ValueError:
+            raise DataError(path, n, "SLO", f"not a number: {value['SLO']!r}") from None
+        arrival = number("arrival_time")
+        if rows and arrival < rows[-1][0]:
+            raise DataError(path, n, "arrival_time", f"{arrival} is before the line above's {rows[-1][0]} "
+                            "(Gavel's traces are in arrival order)")
+        rows.append((arrival, number("total_steps", positive=True) / per_s, int(scale), kind))
+    if not rows:
+        raise DataError(path, None, None, "no jobs (an empty trace)")
+    arrival, work, gpus, kind = (np.asarray(c) for c in zip(*rows))
+    return GavelJobs(arrival_s=arrival.astype(np.float32), work_s=work.astype(np.float32),
+                     num_gpus=gpus.astype(np.int32), job_type=kind.astype(np.int32))
 
 
 # ---------------------------------------------------------------------------- into the simulator

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-
 from pathlib import Path
 
 import jax
@@ -244,6 +243,7 @@ def test_scale_factors_and_job_types(multi):
     ({"distributed": (False, False), "multi_gpu": True}, "distributed"),
     ({"gang_speed": "unconsolidated"}, "gang_speed"),
     ({"agnostic_speed": "yes"}, "agnostic_speed"),
+    ({"generator": "numpy"}, "generator"),
 ])
 def test_bad_config_is_named(changes, field):
     cfg = G.GavelConfig(**{"jobs_per_hour": 1.0, **changes})
@@ -257,6 +257,103 @@ def test_the_types_of_a_loaded_table_drive_the_generator(tmp_path):
     jobs = host(gen(jax.random.key(2), G.GavelConfig(1.0, 400, True, tp.distributed)))
     assert set(np.unique(jobs.job_type)) == {0, 1}
     assert (jobs.job_type[jobs.num_gpus > 1] == 0).all()  # B is not distributed
+
+
+
+# The first jobs of two streams Gavel's own simulator drew (commit 2d8e076,
+# simulate_scheduler_with_generated_jobs.py on 36:36:36 one-GPU servers, recorded as its scheduler
+# added them): (job type, total steps, scale factor, arrival s).
+GAVEL_STREAMS = {
+    (0, 1.0, True): [("ResNet-18 (batch size 64)", 17484476, 8, 0.0),
+                     ("Transformer (batch size 16)", 343170, 1, 978.344292),
+                     ("Recommendation (batch size 1024)", 28512, 1, 3807.099310),
+                     ("Recommendation (batch size 4096)", 28852, 1, 5470.170783),
+                     ("LM (batch size 10)", 833178, 4, 8804.271778),
+                     ("A3C", 14968, 1, 12342.178658)],
+    (3, 4.0, False): [("Recommendation (batch size 4096)", 115525, 1, 0.0),
+                      ("Recommendation (batch size 8192)", 98225, 1, 1419.012678),
+                      ("ResNet-18 (batch size 128)", 766746, 1, 2972.154894),
+                      ("ResNet-18 (batch size 128)", 2594530, 1, 3569.444951),
+                      ("ResNet-50 (batch size 128)", 10014, 1, 3842.413772),
+                      ("Recommendation (batch size 8192)", 417962, 1, 3842.820407)],
+}
+
+
+@pytest.mark.parametrize("seed, rate, multi_gpu", list(GAVEL_STREAMS))
+def test_generate_as_gavel_draws_the_streams_gavels_simulator_draws(seed, rate, multi_gpu, gavel_json):
+    """Gavel's seed, rate and workload give its stream job for job: type, scale factor,
+    arrival, and total steps = work x the V100's throughput at the scale factor, to the step
+    Gavel truncates it to (a single-GPU stream still draws, and drops, a scale factor)."""
+    want = GAVEL_STREAMS[(seed, rate, multi_gpu)]
+    jobs = G.generate_as_gavel(seed, G.GavelConfig(rate, 40, multi_gpu))
+    tp = G.load_throughputs(gavel_json)
+    n = len(want)
+    assert [G.JOB_TYPES[t] for t in jobs.job_type[:n]] == [w[0] for w in want]
+    assert jobs.num_gpus[:n].tolist() == [w[2] for w in want]
+    np.testing.assert_allclose(jobs.arrival_s[:n], [w[3] for w in want], rtol=1e-6, atol=1e-3)
+    steps = [float(jobs.work_s[j]) * tp.steps_per_s[jobs.job_type[j], G.SCALE_FACTORS.index(w[2]), 2]
+             for j, w in enumerate(want)]
+    np.testing.assert_allclose(steps, [w[1] for w in want], rtol=1e-6, atol=1.0)
+
+
+def test_generate_as_gavel_has_the_generators_distributions():
+    """Other draws, the same law as ``generate``: the scale factors' shares, the long jobs'
+    share, the mean gap, a non-distributed type never above one GPU; seeds differ."""
+    cfg = G.GavelConfig(2.0, BIG, True)
+    jobs = G.generate_as_gavel(5, cfg)
+    for s, p in zip(G.SCALE_FACTORS, G.SCALE_FACTOR_PROBS):
+        assert within(int((jobs.num_gpus == s).sum()), BIG, p)
+    assert within(int((jobs.work_s > 60 * 10 ** 3).sum()), BIG, G.LONG_PROB)
+    gaps = np.diff(jobs.arrival_s.astype(np.float64))
+    assert abs(gaps.mean() - 1800.0) <= Z * 1800.0 / math.sqrt(len(gaps))
+    assert np.asarray(G.DISTRIBUTED)[jobs.job_type[jobs.num_gpus > 1]].all()
+    assert not np.array_equal(G.generate_as_gavel(6, cfg).job_type, jobs.job_type)
+    single = G.generate_as_gavel(5, dataclasses.replace(cfg, multi_gpu=False))
+    assert (single.num_gpus == 1).all()
+    np.testing.assert_array_equal(single.arrival_s, jobs.arrival_s)  # its own generator
+
+
+def trace_line(kind="A", steps="160", scale="2", arrival="60.0", fields=None):
+    values = [kind, "cd %s && python3 main.py", "--num_steps", "0", steps, scale, "1", "-1.000000", arrival]
+    return "\t".join(values if fields is None else fields)
+
+
+def test_load_trace_reads_gavels_trace_format(tmp_path):
+    """Gavel's trace lines (its ``parse_trace``'s nine fields) as ``GavelJobs``: the type's
+    index, the scale factor, the arrival, and work = total steps over the V100's throughput at
+    that scale factor (A at 2 GPUs: 16 steps/s; B at 1: 4)."""
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    trace = tmp_path / "trace.txt"
+    trace.write_text("\n".join([trace_line(), trace_line("B", "400", "1", "60.0"), "",
+                                 trace_line("A", "5", "1", "7200.5")]) + "\n")
+    jobs = G.load_trace(trace, tp)
+    assert jobs.job_type.tolist() == [0, 1, 0] and jobs.num_gpus.tolist() == [2, 1, 1]
+    assert jobs.work_s.tolist() == [10.0, 100.0, 0.5] and jobs.arrival_s.tolist() == [60.0, 60.0, 7200.5]
+
+
+@pytest.mark.parametrize("line, row, field, problem", [
+    (trace_line(fields=["A", "x", "1"]), 2, None, "3 tab-separated fields, Gavel's trace format has 9"),
+    (trace_line("C"), 2, "job_type", "'C' is not a job type"),
+    (trace_line(scale="3"), 2, "scale_factor", r"must be one of \(1, 2, 4, 8\)"),
+    (trace_line(scale="two"), 2, "scale_factor", "not a number"),
+    (trace_line("B", scale="2"), 2, "scale_factor", "B was not measured on 2 v100 GPUs"),
+    (trace_line(steps="many"), 2, "total_steps", "not a number: 'many'"),
+    (trace_line(steps="0"), 2, "total_steps", "must be a finite number > 0"),
+    (trace_line(arrival="-5"), 2, "arrival_time", "must be a finite number >= 0"),
+    (trace_line(arrival="nan"), 2, "arrival_time", "must be a finite number >= 0"),
+    (trace_line(arrival="10"), 2, "arrival_time", "10.0 is before the line above's 60.0"),
+    (trace_line(fields=["A", "c", "-n", "0", "1", "1", "1", "soon", "70"]), 2, "SLO", "not a number"),
+])
+def test_a_malformed_trace_line_is_named_by_file_line_and_field(tmp_path, line, row, field, problem):
+    tp = G.load_throughputs(write_json(tmp_path, small_table()))
+    trace = tmp_path / "trace.txt"
+    trace.write_text(trace_line() + "\n" + line + "\n")
+    with pytest.raises(DataError, match=problem) as e:
+        G.load_trace(trace, tp)
+    assert_names(e.value, trace, row, field)
+    trace.write_text("\n\n")
+    with pytest.raises(DataError, match="no jobs"):
+        G.load_trace(trace, tp)
 
 
 # ================================================================ into the simulator
@@ -512,6 +609,44 @@ def test_the_preset_draws_gavels_workload_on_gavels_cluster(gavel_json):
     mean = np.asarray(experiment.build_cluster(config, nodes).type_speed)
     r18_speeds = tp.speed(1)[tp.job_types.index("ResNet-18 (batch size 256)")]
     assert mean[[0, 36, 72], r18] == pytest.approx(np.full(3, r18_speeds.mean()))  # 36 of each type
+
+
+def test_episodes_are_gavels_own_streams_or_a_trace_in_its_format(gavel_json, tmp_path):
+    """``workload.gavel.generator = "gavel"``: episode i is Gavel's stream of seed eval.seed +
+    i. ``workload.trace``: that file's first num_jobs jobs in every episode, at their own
+    arrival times; a trace shorter than num_jobs, and a load sweep over it, are refused."""
+    small = ("eval.episodes=2", "eval.seed=3", "workload.gavel.num_jobs=30", "env.warmup_jobs=0",
+             "env.measured_jobs=0")
+    config = preset(*small, 'workload.gavel.generator="gavel"', throughputs=gavel_json)
+    nodes = experiment.build_nodes(config)
+    jobs = jax.tree.map(np.asarray, experiment.episodes(config, nodes).jobs)
+    for e, seed in enumerate((3, 4)):
+        want = G.generate_as_gavel(seed, config.workload.gavel)
+        np.testing.assert_array_equal(jobs.arrival_s[e], want.arrival_s)
+        np.testing.assert_array_equal(jobs.job_type[e], G.type_row(want.job_type, want.num_gpus))
+
+    tp = G.load_throughputs(gavel_json)
+    ref = tp.gpu_types.index("v100")
+    want = G.generate_as_gavel(3, config.workload.gavel)
+    lines = [trace_line(tp.job_types[t], str(int(w * tp.steps_per_s[t, G.SCALE_FACTORS.index(g), ref])), str(g),
+                        f"{a:.6f}") for t, w, g, a in zip(want.job_type, want.work_s, want.num_gpus, want.arrival_s)]
+    (tmp_path / "trace.txt").write_text("\n".join(lines) + "\n")
+    config = preset(*small, f'workload.trace="{tmp_path / "trace.txt"}"', "workload.gavel.num_jobs=25",
+                    throughputs=gavel_json)
+    eps = experiment.episodes(config, nodes)
+    replayed = jax.tree.map(np.asarray, eps.jobs)
+    assert eps.info["trace"] == str(tmp_path / "trace.txt") and "jobs_per_hour" not in eps.info
+    for e in range(2):
+        np.testing.assert_array_equal(replayed.arrival_s[e, :25], want.arrival_s[:25])
+        np.testing.assert_array_equal(replayed.num_gpu[e, :25], want.num_gpus[:25])
+        np.testing.assert_allclose(replayed.work_s[e, :25], want.work_s[:25], rtol=1e-3)
+    with pytest.raises(DataError, match="31 jobs per episode; the trace .* has 30") as err:
+        experiment.build_workload(dataclasses.replace(config, workload=dataclasses.replace(
+            config.workload, gavel=dataclasses.replace(config.workload.gavel, num_jobs=31))), nodes)
+    assert err.value.field == "workload.gavel.num_jobs"
+    with pytest.raises(DataError, match="replayed at its own arrival times") as err:
+        experiment.with_load(config, 0.5, nodes)
+    assert err.value.field == "eval.sweep_loads"
 
 
 def test_a_load_sweep_scales_the_rate_to_the_nominal_load():
