@@ -1,20 +1,28 @@
 """Run one point of Gavel's continuous experiment in Gavel's own simulator and in jaxsched, on
 the same jobs, and print them side by side, job by job.
 
-jaxsched draws one stream of Gavel's workload (``configs/gavel.toml`` under Gavel's rules, as
-``scripts/reproduce_gavel.py`` runs a point: its episode 0 of ``--seed``), writes it in
-Gavel's trace format (``scheduler/utils.py``'s ``parse_trace``: job type, command, steps
-argument, needs data dir, total steps = the duration times the job's V100 throughput at its
-scale factor, as Gavel's ``generate_job`` computes them, scale factor, priority weight 1, SLO
--1, arrival time), runs Gavel's ``scheduler/scripts/drivers/simulate_scheduler_with_trace.py``
-on it (36 V100 + 36 P100 + 36 K80 one-GPU servers, rounds of 360 s, the measured window
-``--window``), reads the per-job completion times it prints (``Job <id>: <seconds>``), and
-runs the same jobs through jaxsched's policy of the same name:
+``--driver trace`` (default): jaxsched draws one stream of Gavel's workload (``configs/gavel.toml``
+under Gavel's rules, as ``scripts/reproduce_gavel.py`` runs a point: its episode 0 of
+``--seed``, by ``--generator``: Gavel's own draws by default), writes it in Gavel's trace format
+(``scheduler/utils.py``'s ``parse_trace``: job type, command, steps argument, needs data dir,
+total steps = the duration times the job's V100 throughput at its scale factor, as Gavel's
+``generate_job`` computes them, scale factor, priority weight 1, SLO -1, arrival time), runs
+Gavel's ``scheduler/scripts/drivers/simulate_scheduler_with_trace.py`` on it (36 V100 + 36 P100
++ 36 K80 one-GPU servers, rounds of 360 s, the measured window ``--window``), reads the per-job
+completion times it prints (``Job <id>: <seconds>``), and runs the same jobs through jaxsched's
+policy of the same name:
 
     Gavel policy           jaxsched scheduler
     fifo                   gavel-fifo
     max_min_fairness       las (at the types' mean speed, as reproduce_gavel.py runs it)
     max_min_fairness_perf  las-perf
+
+``--driver generated``: Gavel's ``simulate_scheduler_with_generated_jobs.py`` draws the jobs
+itself (its generator at ``--seed``, the rate and workload given, until the window's jobs
+finish: how its printed curves were made), a small wrapper records every job it adds in Gavel's
+trace format (``trace.txt``), and jaxsched replays that file (``workload.trace``,
+``gavel.load_trace``). Gavel's mean JCT is then its printed number (multi-GPU FIFO at 1.0
+jobs/h, seed 0, ``--window 4000:5000``, commit 2d8e076: 19.9155 h).
 
 Gavel is not a dependency of jaxsched and never runs in its tests: this is a tool for users
 who want to check jaxsched themselves. It needs a checkout of stanford-futuredata/gavel
@@ -32,6 +40,7 @@ the two mean JCTs over the window, their ratio, and how closely the jobs agree. 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import subprocess
 import sys
@@ -48,6 +57,21 @@ import reproduce_gavel  # noqa: E402  (the point's config: the same settings as 
 from jaxsched import evaluate, experiment, paths  # noqa: E402
 from jaxsched.devices import configure_cpu  # noqa: E402
 from jaxsched.workload import gavel  # noqa: E402
+
+# Runs Gavel's generated-jobs driver, writing every job its scheduler adds (in job-id order)
+# to the file named first, in Gavel's trace format: str(job), a tab, the arrival time.
+RECORDER = """import atexit, runpy, sys
+sys.path.insert(0, ".")
+import scheduler
+out, lines, add_job = sys.argv.pop(1), [], scheduler.Scheduler.add_job
+def recording_add_job(self, job, timestamp=None):
+    lines.append("%s\\t%f" % (job, timestamp))
+    return add_job(self, job, timestamp=timestamp)
+scheduler.Scheduler.add_job = recording_add_job
+atexit.register(lambda: open(out, "w").write("\\n".join(lines) + "\\n"))
+runpy.run_path("scripts/drivers/simulate_scheduler_with_generated_jobs.py", run_name="__main__")
+"""
+GENERATED_DRIVER = Path("scheduler") / "scripts" / "drivers" / "simulate_scheduler_with_generated_jobs.py"
 
 POLICIES = {"fifo": "gavel-fifo", "max_min_fairness": "las", "max_min_fairness_perf": "las-perf"}
 DRIVER = Path("scheduler") / "scripts" / "drivers" / "simulate_scheduler_with_trace.py"
@@ -94,6 +118,13 @@ def main(argv=None) -> int:
     parser.add_argument("--gavel-solver", choices=("ECOS", "SCS", "GUROBI"), default="ECOS",
                         help="the solver Gavel's LP policies use (its --solver; ECOS, its default, fails on "
                              "some multi-GPU allocations)")
+    parser.add_argument("--driver", choices=("trace", "generated"), default="trace",
+                        help="trace: jaxsched draws --jobs jobs (by --generator) and Gavel runs them as a trace; "
+                             "generated: Gavel's own driver draws its jobs until the window's finish, as its "
+                             "published runs did (--jobs, --generator not read), and jaxsched replays them")
+    parser.add_argument("--generator", choices=reproduce_gavel.GENERATORS, default="gavel",
+                        help="with --driver trace, whose draws (workload.gavel.generator): Gavel's (default) or "
+                             "jaxsched's JAX generator")
     parser.add_argument("--seed", type=int, default=0, help="jaxsched's eval.seed (the stream) and Gavel's --seed")
     parser.add_argument("--out", default="results/runs/check_gavel")
     args = parser.parse_args(argv)
@@ -101,35 +132,51 @@ def main(argv=None) -> int:
     if not driver.is_file():
         parser.error(f"--gavel: {driver} not found (a checkout of stanford-futuredata/gavel)")
     first, end = (int(x) for x in args.window.split(":"))
-    if not 0 <= first < end <= args.jobs:
+    if not 0 <= first < end <= (args.jobs if args.driver == "trace" else end):
         parser.error(f"--window {args.window}: needs 0 <= first < end <= --jobs ({args.jobs})")
 
     scheduler = POLICIES[args.policy]
-    config = reproduce_gavel.point_config(args.workload, scheduler, args.rate, seeds=1, extra_jobs=args.jobs - end,
-                                          warmup_jobs=first, measured_jobs=end - first, seed=args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    nodes = experiment.build_nodes(config)
-    ep = experiment.episodes(config, nodes)
-    throughputs = gavel.load_throughputs(paths.resolve_data_path(config.workload.throughputs))
-    jobs = jax.tree.map(lambda x: np.asarray(x)[0], ep.jobs)
-    (out / "trace.txt").write_text("\n".join(trace_lines(jobs, throughputs)) + "\n")
-
+    trace = (out / "trace.txt").resolve()
+    base = reproduce_gavel.point_config(args.workload, scheduler, args.rate, seeds=1, extra_jobs=0)
+    throughputs_file = paths.resolve_data_path(base.workload.throughputs).resolve()
     counts = {m: 0 for m in ("V100", "P100", "K80")}
-    for name, count, per_node in config.cluster.node_groups:
+    for name, count, per_node in base.cluster.node_groups:
         counts[name] += count * per_node
-    command = [args.gavel_python, str(DRIVER), "-t", str((out / "trace.txt").resolve()), "-p", args.policy,
-               "--throughputs_file", str(paths.resolve_data_path(config.workload.throughputs).resolve()),
-               "-c", f"{counts['V100']}:{counts['P100']}:{counts['K80']}", "--num_gpus_per_server", "1:1:1",
-               "--seed", str(args.seed), "--solver", args.gavel_solver, "--time_per_iteration", str(int(reproduce_gavel.ROUND_S)),
-               "-s", str(first), "-e", str(end)]
+    common = ["-p", args.policy, "--throughputs_file", str(throughputs_file),
+              "-c", f"{counts['V100']}:{counts['P100']}:{counts['K80']}", "--num_gpus_per_server", "1:1:1",
+              "--seed", str(args.seed), "--solver", args.gavel_solver, "-s", str(first), "-e", str(end)]
+    if args.driver == "trace":
+        config = reproduce_gavel.point_config(args.workload, scheduler, args.rate, seeds=1, extra_jobs=args.jobs - end,
+                                              warmup_jobs=first, measured_jobs=end - first, seed=args.seed,
+                                              generator=args.generator)
+        ep = experiment.episodes(config, experiment.build_nodes(config))
+        jobs = jax.tree.map(lambda x: np.asarray(x)[0], ep.jobs)
+        throughputs = gavel.load_throughputs(throughputs_file)
+        trace.write_text("\n".join(trace_lines(jobs, throughputs)) + "\n")
+        command, cwd = [args.gavel_python, str(DRIVER), "-t", str(trace), *common,
+                        "--time_per_iteration", str(int(reproduce_gavel.ROUND_S))], args.gavel
+    else:  # Gavel draws the jobs; the recorder writes them to trace.txt
+        (out / "record_jobs.py").write_text(RECORDER)
+        command = [args.gavel_python, str((out / "record_jobs.py").resolve()), str(trace), *common,
+                   "-l", str(3600.0 / args.rate), "-i", str(int(reproduce_gavel.ROUND_S)), "-v",  # -v: the JCTs
+                   *(["-m"] if args.workload == "multi" else [])]
+        cwd = args.gavel / "scheduler"
     t0 = time.perf_counter()
-    run = subprocess.run(command, cwd=args.gavel, capture_output=True, text=True)
+    run = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     gavel_s = time.perf_counter() - t0
     (out / "gavel.log").write_text(run.stdout + run.stderr)
     if run.returncode != 0:
         print(f"Gavel's simulator failed (exit {run.returncode}); its output: {out / 'gavel.log'}", file=sys.stderr)
         return 1
+    if args.driver == "generated":
+        num_jobs = sum(1 for line in trace.read_text().splitlines() if line.strip())
+        config = reproduce_gavel.point_config(args.workload, scheduler, args.rate, seeds=1, extra_jobs=num_jobs - end,
+                                              warmup_jobs=first, measured_jobs=end - first, seed=args.seed)
+        config = dataclasses.replace(config, workload=dataclasses.replace(config.workload, trace=str(trace)))
+        ep = experiment.episodes(config, experiment.build_nodes(config))
+        jobs = jax.tree.map(lambda x: np.asarray(x)[0], ep.jobs)
     theirs = gavel_jcts(run.stdout)
 
     t0 = time.perf_counter()
@@ -147,7 +194,7 @@ def main(argv=None) -> int:
     both = table.dropna()
     rel = (both.jaxsched_jct_h / both.gavel_jct_h - 1).abs()
     print(f"Gavel {args.policy} vs jaxsched {scheduler}, {args.workload}-GPU jobs at {args.rate} jobs/h, "
-          f"jobs {first}-{end - 1} of {args.jobs} (seed {args.seed}):")
+          f"jobs {first}-{end - 1} of {len(np.asarray(jobs.arrival_s))} (seed {args.seed}, Gavel's {args.driver} driver):")
     print(f"  mean JCT: Gavel {both.gavel_jct_h.mean():.3f} h, jaxsched {both.jaxsched_jct_h.mean():.3f} h "
           f"(ratio {both.jaxsched_jct_h.mean() / both.gavel_jct_h.mean():.4f}); {len(both)} of {len(window)} jobs "
           "finished in both")

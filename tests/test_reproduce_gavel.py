@@ -38,30 +38,41 @@ def test_the_physical_rules_give_back_the_committed_multi_gpu_fifo_point(gavel_d
     streams of 8,000 jobs): the new settings change nothing when off."""
     script = load_script()
     committed = pd.read_csv(ROOT / "results" / "gavel" / "per_seed.csv")
+    committed = committed[committed.get("generator", "jaxsched") == "jaxsched"]  # drawn by jaxsched's generator
     want = committed[(committed.rules == "physical") & (committed.workload == "multi")
                      & (committed.scheduler == "fifo") & (committed.rate_per_h == 0.2)].sort_values("seed")
     assert len(want) == 16
-    got, _ = script.run_point("multi", "fifo", 0.2, seeds=16, extra_jobs=3000, rules="physical")
+    got, _ = script.run_point("multi", "fifo", 0.2, seeds=16, extra_jobs=3000, rules="physical", generator="jaxsched")
     np.testing.assert_allclose(got["jct_h"].to_numpy(), want["jct_h"].to_numpy(), rtol=1e-5)
     np.testing.assert_array_equal(got["measured_finished"].to_numpy(), want["measured_finished"].to_numpy())
 
 
 def test_the_comparison_reads_gavels_printed_points_under_gavels_rules_only():
+    """Printed points only, under Gavel's rules only, on Gavel's own streams where the point
+    ran on them (then beside seed 0's JCT: the printed run's own jobs), else on jaxsched's."""
     script = load_script()
+    row = {"p5_h": 15.0, "p95_h": 18.0}
     table = pd.DataFrame([
-        {"rules": "gavel", "workload": "single", "scheduler": "las", "rate_per_h": 2.0, "jct_mean_h": 25.0,
-         "p5_h": 24.0, "p95_h": 27.0},
-        {"rules": "physical", "workload": "single", "scheduler": "las", "rate_per_h": 4.0, "jct_mean_h": 23.49,
-         "p5_h": 20.0, "p95_h": 26.0},
-        {"rules": "gavel", "workload": "multi", "scheduler": "gavel-fifo", "rate_per_h": 1.0, "jct_mean_h": 19.0,
-         "p5_h": 15.0, "p95_h": 18.0},
+        {"rules": "gavel", "generator": "jaxsched", "workload": "single", "scheduler": "las", "rate_per_h": 2.0,
+         "jct_mean_h": 25.0, "p5_h": 24.0, "p95_h": 27.0},
+        {"rules": "physical", "generator": "jaxsched", "workload": "single", "scheduler": "las", "rate_per_h": 4.0,
+         "jct_mean_h": 23.49, "p5_h": 20.0, "p95_h": 26.0},
+        {"rules": "gavel", "generator": "jaxsched", "workload": "multi", "scheduler": "gavel-fifo", "rate_per_h": 1.0,
+         "jct_mean_h": 16.0, **row},
+        {"rules": "gavel", "generator": "gavel", "workload": "multi", "scheduler": "gavel-fifo", "rate_per_h": 1.0,
+         "jct_mean_h": 19.0, **row},
     ])
-    out = script.compare_printed(table)
-    assert out[["workload", "scheduler", "rate_per_h"]].values.tolist() == [["single", "las", 2.0],
-                                                                            ["multi", "gavel-fifo", 1.0]]
+    per_seed = pd.DataFrame([{"rules": "gavel", "generator": g, "workload": "multi", "scheduler": "gavel-fifo",
+                              "rate_per_h": 1.0, "seed": seed, "jct_h": h}
+                             for g, seed, h in (("jaxsched", 0, 30.0), ("gavel", 1, 17.0), ("gavel", 0, 20.5))])
+    out = script.compare_printed(table, per_seed)
+    assert out[["workload", "scheduler", "rate_per_h", "generator"]].values.tolist() == [
+        ["single", "las", 2.0, "jaxsched"], ["multi", "gavel-fifo", 1.0, "gavel"]]
     assert out.gavel_h.tolist() == [23.47, 19.92]
     assert out.within_10pct.tolist() == [True, True] and out.printed_in_p5_p95.tolist() == [False, False]
     assert out["diff"].tolist() == [round(25.0 / 23.47 - 1, 3), round(19.0 / 19.92 - 1, 3)]
+    assert np.isnan(out.seed0_h[0]) and out.seed0_h[1] == 20.5
+    assert out.seed0_diff[1] == round(20.5 / 19.92 - 1, 3) and out.seed0_within_10pct.tolist() == [False, True]
 
 
 def test_the_check_writes_gavels_trace_format_and_reads_its_job_lines(tmp_path):
@@ -80,5 +91,9 @@ def test_the_check_writes_gavels_trace_format_and_reads_its_job_lines(tmp_path):
     assert [f[0] for f in lines] == ["A", "A", "B"] and all(len(f) == 9 for f in lines)
     assert [f[4] for f in lines] == ["36000", "57600", "14400"] and [f[5] for f in lines] == ["1", "2", "1"]
     assert [float(f[8]) for f in lines] == [0.0, 3600.0, 7200.0] and {f[3] for f in lines} == {"0"}
+    (tmp_path / "trace.txt").write_text("\n".join(check.trace_lines(jobs, tp)) + "\n")
+    back = G.load_trace(tmp_path / "trace.txt", tp)  # and jaxsched reads them back
+    assert back.job_type.tolist() == [0, 0, 1] and back.num_gpus.tolist() == [1, 2, 1]
+    assert back.work_s.tolist() == [3600.0] * 3 and back.arrival_s.tolist() == [0.0, 3600.0, 7200.0]
     log = "Job completion times:\nJob 4: 1234.500\nJob 5 (high priority): 10.000\nJob 12: 7.25\nAverage job completion time: 1.0"
     assert check.gavel_jcts(log) == {4: 1234.5, 5: 10.0, 12: 7.25}
