@@ -102,16 +102,21 @@ AGNOSTIC = ("las",)
 # policies that read them (las-perf then solves its LP at resets only).
 RESET_S = 1920.0
 WITH_RESETS = ("gavel-fifo", "las", "las-perf")
-TABLE_COLUMNS = ["rules", "workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
+GENERATORS = ("gavel", "jaxsched")  # workload.gavel.generator
+# The plot's lines: (rules, generator) -> (line style, alpha, label suffix).
+LINES = {("gavel", "gavel"): ("-", 1.0, ""), ("gavel", "jaxsched"): ("--", 0.6, " (jaxsched's streams)"),
+         ("physical", "gavel"): (":", 0.5, " (physical)"), ("physical", "jaxsched"): (":", 0.5, " (physical)")}
+TABLE_COLUMNS = ["rules", "generator", "workload", "scheduler", "rate_per_h", "jct_mean_h", "jct_ci_h", "seeds",
                  "p5_h", "p95_h", "ran_out", "wall_s"]
 
 
 def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs: int,
                  warmup_jobs: int = WARMUP_JOBS, measured_jobs: int = MEASURED_JOBS,
-                 rules: str = "gavel", seed: int = 0) -> cfg_lib.Config:
+                 rules: str = "gavel", seed: int = 0, generator: str = "gavel") -> cfg_lib.Config:
     """configs/gavel.toml under ``rules`` (``RULES``) at ``rate`` jobs/h, single- or multi-GPU
-    jobs, Gavel's measurement window, ``seeds`` episodes (the first streams of ``eval.seed`` =
-    ``seed``) in one batch, rounds of ``ROUND_S`` with no restart cost (read by round policies
+    jobs, Gavel's measurement window, ``seeds`` episodes in one batch (drawn by ``generator``:
+    "gavel", Gavel's own streams of seeds ``seed``, ``seed`` + 1, ...; "jaxsched", the first
+    streams of ``eval.seed`` = ``seed``), rounds of ``ROUND_S`` with no restart cost (read by round policies
     only); under Gavel's rules ``las`` at the types' mean speed (``AGNOSTIC``), and
     ``gavel-fifo`` and ``las`` with Gavel's allocation resets (``RESET_S``). The running set holds one job more than the cluster has GPUs:
     every Gavel job takes at least one whole GPU, so the set is never full (a full set would
@@ -127,6 +132,7 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
     resets = (f"env.round_reset_s={RESET_S}",) if rules == "gavel" and scheduler in WITH_RESETS else ()
     return cfg_lib.load(CONFIG, [
         *RULES[rules], *agnostic, *resets, f"workload.gavel.jobs_per_hour={rate}", f"workload.gavel.num_jobs={num_jobs}",
+        f'workload.gavel.generator="{generator}"',
         f"workload.gavel.multi_gpu={'true' if workload == 'multi' else 'false'}",
         f"env.warmup_jobs={warmup_jobs}", f"env.measured_jobs={measured_jobs}",
         f"env.queue_capacity={num_jobs}", f"env.running_capacity={gpus + 1}",
@@ -137,10 +143,10 @@ def point_config(workload: str, scheduler: str, rate: float, seeds: int, extra_j
 
 
 def run_point(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs: int,
-              rules: str = "gavel", **window) -> tuple[pd.DataFrame, list]:
+              rules: str = "gavel", generator: str = "gavel", **window) -> tuple[pd.DataFrame, list]:
     """One point: (per-seed frame, the run's warnings). jct_h is NaN for a seed that did not
     finish every measured job (step cap)."""
-    config = point_config(workload, scheduler, rate, seeds, extra_jobs, rules=rules, **window)
+    config = point_config(workload, scheduler, rate, seeds, extra_jobs, rules=rules, generator=generator, **window)
     nodes = experiment.build_nodes(config)
     ep = experiment.episodes(config, nodes)
     frame, records = evaluate.run_scheduler(scheduler, config, ep.params, ep.jobs, ep.env_keys, ep.max_steps)
@@ -150,7 +156,8 @@ def run_point(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs
     end = np.asarray(records["end_s"])[:, lo:lo + config.env.measured_jobs]
     complete = (frame["done"].to_numpy() == 1) & (frame["measured_finished"].to_numpy() == end.shape[1])
     out = pd.DataFrame({
-        "rules": rules, "workload": workload, "scheduler": scheduler, "rate_per_h": rate, "seed": np.arange(seeds),
+        "rules": rules, "generator": generator, "workload": workload, "scheduler": scheduler, "rate_per_h": rate,
+        "seed": np.arange(seeds),
         "jct_h": np.where(complete, frame["jct_mean"].to_numpy() / 3600.0, np.nan),
         "measured_finished": frame["measured_finished"].to_numpy(), "done": frame["done"].to_numpy(),
         "ended_after_arrivals": (end > last_arrival[:, None]).sum(axis=1),
@@ -162,7 +169,7 @@ def run_point(workload: str, scheduler: str, rate: float, seeds: int, extra_jobs
 def summarize(per_seed: pd.DataFrame, wall_s: float) -> dict:
     """One table row from a point's per-seed frame: mean and 95% half-width as
     ``report.summarize`` gives them (normal approximation; seeds cut at the step cap left out)."""
-    key = ["rules", "workload", "scheduler", "rate_per_h"]
+    key = ["rules", "generator", "workload", "scheduler", "rate_per_h"]
     stats = report.summarize(per_seed[[*key, "jct_h", "done"]], by=key).iloc[0]
     ok = per_seed["jct_h"].dropna().to_numpy()
     return {**{k: stats[k] for k in key}, "jct_mean_h": stats["jct_h"], "jct_ci_h": stats["jct_h_ci95"],
@@ -181,13 +188,12 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, workload in zip(axes, WORKLOADS):
         for sched, colour in COLOURS.items():
-            for rules, style in (("gavel", "-"), ("physical", ":")):
-                rows = table[(table.rules == rules) & (table.workload == workload)
+            for (rules, generator), (style, alpha, note) in LINES.items():
+                rows = table[(table.rules == rules) & (table.generator == generator) & (table.workload == workload)
                              & (table.scheduler == sched)].sort_values("rate_per_h")
                 if len(rows):
                     ax.errorbar(rows.rate_per_h, rows.jct_mean_h, yerr=rows.jct_ci_h, marker="o", ms=3,
-                                capsize=2, color=colour, ls=style, alpha=1.0 if rules == "gavel" else 0.5,
-                                label=f"jaxsched {sched}" + (" (physical)" if rules == "physical" else ""))
+                                capsize=2, color=colour, ls=style, alpha=alpha, label=f"jaxsched {sched}{note}")
             printed = GAVEL_PRINTED.get((workload, sched), {})
             if printed:
                 ax.plot(list(printed), list(printed.values()), "*--", ms=10, lw=0.8, color=colour,
@@ -204,28 +210,44 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def compare_printed(table: pd.DataFrame) -> pd.DataFrame:
+def compare_printed(table: pd.DataFrame, per_seed: pd.DataFrame) -> pd.DataFrame:
     """Every printed point of ``GAVEL_PRINTED`` that ``table`` has under Gavel's rules, beside
-    jaxsched's mean and its seeds' 5th-95th percentiles."""
+    jaxsched's mean and its seeds' 5th-95th percentiles, on Gavel's own streams where that
+    point was run on them (else jaxsched's), and then also jaxsched's JCT on seed 0's stream:
+    the very jobs of the printed run (``seed0_h``; NaN on jaxsched's streams)."""
     rows = []
     for (workload, sched), printed in GAVEL_PRINTED.items():
         for rate, gavel_h in printed.items():
-            ours = table[(table.rules == "gavel") & (table.workload == workload) & (table.scheduler == sched)
-                         & (table.rate_per_h.astype(float).round(2) == rate)]
+            def point(frame):
+                return frame[(frame.rules == "gavel") & (frame.workload == workload) & (frame.scheduler == sched)
+                             & (frame.rate_per_h.astype(float).round(2) == rate)]
+            ours = point(table)
             if not len(ours):
                 continue
-            row = ours.iloc[-1]
+            row = ours.sort_values("generator").iloc[0]  # "gavel" before "jaxsched"
+            seed0 = point(per_seed)
+            seed0 = seed0[(seed0.generator == "gavel") & (seed0.seed == 0)] if row.generator == "gavel" else seed0[:0]
+            seed0_h = float(seed0.jct_h.iloc[-1]) if len(seed0) else np.nan
             rows.append({"workload": workload, "scheduler": sched, "rate_per_h": rate, "gavel_h": gavel_h,
-                         "jct_mean_h": round(float(row.jct_mean_h), 2),
+                         "generator": row.generator, "jct_mean_h": round(float(row.jct_mean_h), 2),
                          "diff": round(float(row.jct_mean_h) / gavel_h - 1, 3),
                          "p5_h": round(float(row.p5_h), 2), "p95_h": round(float(row.p95_h), 2),
                          "within_10pct": abs(float(row.jct_mean_h) / gavel_h - 1) <= 0.10,
-                         "printed_in_p5_p95": float(row.p5_h) <= gavel_h <= float(row.p95_h)})
+                         "printed_in_p5_p95": float(row.p5_h) <= gavel_h <= float(row.p95_h),
+                         "seed0_h": round(seed0_h, 2), "seed0_diff": round(seed0_h / gavel_h - 1, 3),
+                         "seed0_within_10pct": abs(seed0_h / gavel_h - 1) <= 0.10})
     return pd.DataFrame(rows)
 
 
 def read_csv(path: Path, columns) -> pd.DataFrame:
-    return pd.read_csv(path) if path.exists() else pd.DataFrame(columns=columns)
+    """A results CSV (empty with ``columns`` if absent); rows written before the ``generator``
+    column were drawn by jaxsched's generator."""
+    if not path.exists():
+        return pd.DataFrame(columns=columns)
+    frame = pd.read_csv(path)
+    if len(frame.columns) and "generator" not in frame:
+        frame.insert(1, "generator", "jaxsched")
+    return frame
 
 
 def main(argv=None) -> int:
@@ -234,6 +256,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workload", choices=(*WORKLOADS, "both"), default="both")
     parser.add_argument("--rules", choices=tuple(RULES), default="gavel",
                         help="gang speed and typing: Gavel's simulator's (default) or the physical variant")
+    parser.add_argument("--generator", choices=GENERATORS, default="gavel",
+                        help="whose draws make the streams: Gavel's own (default; seed 0 is its printed "
+                             "run's) or jaxsched's JAX generator (the same distributions)")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
                         help="comma-separated: gavel-fifo,las (default), fifo, las-perf")
     parser.add_argument("--rates", help="comma-separated jobs/h (default: Gavel's range per workload)")
@@ -255,7 +280,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     table_path, seeds_path = out / "table.csv", out / "per_seed.csv"
     table, per_seed = read_csv(table_path, TABLE_COLUMNS), read_csv(seeds_path, [])
-    done = set(zip(table.rules, table.workload, table.scheduler, table.rate_per_h.astype(float).round(2)))
+    done = set(zip(table.rules, table.generator, table.workload, table.scheduler,
+                   table.rate_per_h.astype(float).round(2)))
 
     start = time.perf_counter()
     for workload in workloads:
@@ -263,17 +289,19 @@ def main(argv=None) -> int:
         rates = rates[:2] if args.quick else rates
         for sched in schedulers:
             for rate in rates:
-                if (args.rules, workload, sched, round(rate, 2)) in done:
-                    print(f"{args.rules} {workload} {sched} {rate:.2f}/h: in {table_path}, skipped", flush=True)
+                name = f"{args.rules} rules, {args.generator}'s streams: {workload} {sched} {rate:.2f}/h"
+                if (args.rules, args.generator, workload, sched, round(rate, 2)) in done:
+                    print(f"{name}: in {table_path}, skipped", flush=True)
                     continue
                 t0 = time.perf_counter()
-                frame, warnings = run_point(workload, sched, rate, seeds, extra, rules=args.rules, **window)
+                frame, warnings = run_point(workload, sched, rate, seeds, extra, rules=args.rules,
+                                            generator=args.generator, **window)
                 row = summarize(frame, time.perf_counter() - t0)
                 table = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
                 per_seed = pd.concat([per_seed, frame], ignore_index=True)
                 table.to_csv(table_path, index=False)   # after every point: resumable
                 per_seed.to_csv(seeds_path, index=False)
-                print(f"{args.rules} {workload} {sched} {rate:.2f}/h: JCT {row['jct_mean_h']:.2f} h "
+                print(f"{name}: JCT {row['jct_mean_h']:.2f} h "
                       f"± {row['jct_ci_h']:.2f} ({row['seeds']} seeds, p5-p95 {row['p5_h']:.2f}-"
                       f"{row['p95_h']:.2f}), ran out {row['ran_out']}, {row['wall_s']:.0f} s", flush=True)
                 for line in warnings:
@@ -282,7 +310,7 @@ def main(argv=None) -> int:
                     print(f"  WARNING: {row['ran_out']} seeds ran out of jobs before their measured jobs "
                           "finished: raise --extra-jobs", flush=True)
     plot(table, out / "jct_vs_rate.png")
-    compare_printed(table).to_csv(out / "vs_gavel.csv", index=False)
+    compare_printed(table, per_seed).to_csv(out / "vs_gavel.csv", index=False)
     print(f"{time.perf_counter() - start:.0f} s; wrote {table_path}, {seeds_path}, {out / 'jct_vs_rate.png'}, "
           f"{out / 'vs_gavel.csv'}")
     return 0
