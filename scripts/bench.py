@@ -4,7 +4,7 @@ For every (cluster size, scheduler, batch size): one jitted rollout of a batch o
 episodes (openb-like mix at offered load 0.9), compiled ahead of time (timed apart;
 ``--compile-threads`` compiles a cluster size's programs side by side), then run ``--runs``
 times with the last run timed (by default a warm-up, then the timed run). In the same process, the same workloads run
-through ``jaxsched/reference.py`` one episode at a time (capped at ``--ref-decisions``
+through ``jaxsched/reference/`` one episode at a time (capped at ``--ref-decisions``
 decisions per cluster size and scheduler), so speed-ups are ratios measured side by side.
 A decision is one env step of an episode that has not ended (padding steps are not counted).
 

@@ -1,6 +1,6 @@
 """The cluster environment: pure, jittable ``reset`` and ``step``, one step = one decision.
 
-Semantics are written down in docs/semantics.md and mirrored by ``jaxsched/reference.py``.
+Semantics are written down in docs/semantics.md and mirrored by ``jaxsched/reference/``.
 The API is gymnax-like and functional::
 
     env = ClusterEnv(EnvConfig())
