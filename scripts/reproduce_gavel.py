@@ -21,10 +21,13 @@ round, so a job's type is drawn afresh each round; under the physical rules ``la
 first-fit, the V100s first. ``gavel-fifo`` and ``las`` allocate at Gavel's resets
 (``env.round_reset_s`` = 1,920 s).
 
-Each point (rules, workload, scheduler, rate) runs ``--seeds`` streams as one vmapped batch through
-``evaluate.run_scheduler`` (the rollout of every scheduler): episode i is stream i of
-``eval.seed`` 0, with ``warmup_jobs`` 4000 and ``measured_jobs`` 1000, so the episode ends when
-jobs 4000-4999 have all left and its ``jct_mean`` is their mean JCT. ``--extra-jobs`` more jobs
+Each point (rules, generator, workload, scheduler, rate) runs ``--seeds`` streams as one vmapped
+batch through ``evaluate.run_scheduler`` (the rollout of every scheduler): episode i is Gavel's
+own stream of seed i (``--generator gavel``, the default: ``gavel.generate_as_gavel``, draw for
+draw what Gavel's simulator draws, so seed 0 holds the very jobs of its printed run), or stream
+i of jaxsched's JAX generator at ``eval.seed`` 0 (``--generator jaxsched``: the same laws, other
+draws), with ``warmup_jobs`` 4000 and ``measured_jobs`` 1000, so the episode ends when jobs
+4000-4999 have all left and its ``jct_mean`` is their mean JCT. ``--extra-jobs`` more jobs
 keep arriving after them; a seed whose last measured job ends after the last arrival *ran out*
 (the cluster was no longer loaded as in Gavel, which generates jobs until the measured ones
 finish): the point is reported and flagged (``ran_out`` seeds, and per seed how many measured
@@ -33,16 +36,18 @@ backfilling) jobs behind the measured ones cannot delay their start, so running 
 matters to ``las`` only.
 
 Writes, under ``--out`` (results/gavel):
-  table.csv     rules, workload, scheduler, rate_per_h, jct_mean_h (mean over seeds), jct_ci_h (95%
+  table.csv     rules, generator, workload, scheduler, rate_per_h, jct_mean_h (mean over seeds), jct_ci_h (95%
                 half-width, normal approximation as ``report.summarize``), seeds, p5_h, p95_h (5th and 95th percentile of the
                 per-seed values), ran_out (seeds), wall_s (the point's run time)
-  per_seed.csv  one row per seed (rules, workload, scheduler, rate_per_h, seed): jct_h, measured_finished, done, ended_after_arrivals (measured
+  per_seed.csv  one row per seed (rules, generator, workload, scheduler, rate_per_h, seed): jct_h, measured_finished, done, ended_after_arrivals (measured
                 jobs that ended after the last arrival), ran_out (one did), dropped
   jct_vs_rate.png  JCT against rate, one panel per workload (Figure 8), with Gavel's
                 printed curves (seed 0) as stars; the physical rules' rows dotted
-  vs_gavel.csv  every printed point jaxsched has run under Gavel's rules: workload,
-                scheduler, rate_per_h, gavel_h (printed), jct_mean_h, diff (jaxsched over
-                Gavel, - 1), p5_h, p95_h, within_10pct, printed_in_p5_p95
+  vs_gavel.csv  every printed point jaxsched has run under Gavel's rules (on Gavel's streams
+                where it has, else on jaxsched's): workload, scheduler, rate_per_h, gavel_h
+                (printed), generator, jct_mean_h, diff (jaxsched over Gavel, - 1), p5_h,
+                p95_h, within_10pct, printed_in_p5_p95, and on Gavel's streams seed0_h
+                (jaxsched on the printed run's own jobs), seed0_diff, seed0_within_10pct
 
 Resumable: a point already in table.csv is skipped. Examples::
 
