@@ -71,7 +71,6 @@ scheduler.Scheduler.add_job = recording_add_job
 atexit.register(lambda: open(out, "w").write("\\n".join(lines) + "\\n"))
 runpy.run_path("scripts/drivers/simulate_scheduler_with_generated_jobs.py", run_name="__main__")
 """
-GENERATED_DRIVER = Path("scheduler") / "scripts" / "drivers" / "simulate_scheduler_with_generated_jobs.py"
 
 POLICIES = {"fifo": "gavel-fifo", "max_min_fairness": "las", "max_min_fairness_perf": "las-perf"}
 DRIVER = Path("scheduler") / "scripts" / "drivers" / "simulate_scheduler_with_trace.py"
