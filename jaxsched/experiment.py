@@ -69,7 +69,8 @@ def unschedulable(config: cfg_lib.Config, params: EnvParams, jobs: Jobs) -> np.n
     if config.env.mode == "static":
         return np.zeros(np.shape(jobs.valid), bool)
     fails = jax.jit(jax.vmap(lambda j: gangs.never_fits(params.cluster, j, config.env.max_span,
-                                                        one_model=config.env.gang_one_model)))
+                                                        one_model=config.env.gang_one_model,
+                                                        rule=config.env.gang_rule)))
     return np.asarray(fails(jobs))
 
 

@@ -36,7 +36,7 @@ class RefConfig:
     # runs at spread_penalty times its speed; with gang_one_model its nodes are all of its
     # anchor's GPU model.
     max_span: int = 1
-    gang_rule: str = "consolidate"  # "consolidate" | "spread"
+    gang_rule: str = "consolidate"  # "consolidate" | "spread" | "helios" (Helios's placer; not with gang_one_model)
     spread_penalty: float = 1.0
     gang_one_model: bool = False
     # Preemption and rounds (semantics.md, "Preemption and rounds"): a round every round_s
@@ -90,7 +90,8 @@ class RefConfig:
             (self.running_capacity >= 1, f"running_capacity {self.running_capacity}"),
             (self.max_span >= 1, f"max_span {self.max_span}"),
             (self.max_span == 1 or self.mode == "dynamic", "max_span > 1 in static mode"),
-            (self.gang_rule in ("consolidate", "spread"), f"gang_rule {self.gang_rule!r}"),
+            (self.gang_rule in ("consolidate", "spread", "helios") and not (
+                self.gang_rule == "helios" and self.gang_one_model), f"gang_rule {self.gang_rule!r}"),
             (0 < self.spread_penalty <= 1, f"spread_penalty {self.spread_penalty}"),
             (0 <= self.round_s < math.inf, f"round_s {self.round_s} (a finite number >= 0; 0 = no rounds)"),
             (self.round_s == 0 or self.mode == "dynamic", "round_s > 0 in static mode"),

@@ -11,8 +11,16 @@ class GangsMixin:
     """ReferenceSim's methods for gangs; they read and write its state."""
 
     def _may_span(self, j: int) -> bool:
-        """Job j may run on several nodes: gangs are on and it wants >= 2 whole GPUs."""
-        return self.config.max_span > 1 and self.jobs[j].num_gpu >= 2
+        """Job j may run on several nodes: gangs are on and it wants >= 2 whole GPUs (under
+        the "helios" rule: more GPUs than a node has)."""
+        k = self.jobs[j].num_gpu
+        if self.config.gang_rule == "helios":
+            return self.config.max_span > 1 and k > self._node_gpus()
+        return self.config.max_span > 1 and k >= 2
+
+    def _node_gpus(self) -> int:
+        """G: the most GPUs one node of the cluster has."""
+        return max((len(self.gpus_of[n]) for n in range(self.N) if self.node_valid[n]), default=0)
 
     def _part_request(self, j: int, g: int) -> tuple[int, int]:
         """(milli-cores, MiB) of job j's part of g GPUs: its request times g / k, rounded up."""
@@ -35,6 +43,8 @@ class GangsMixin:
         adding up to fewer than k when it does not fit. Fits alone: [(n, k)]."""
         k = self.jobs[j].num_gpu
         cap = {i: self._cap(j, i) for i in range(self.N)}
+        if self.config.gang_rule == "helios":
+            return self._helios_parts(k, cap, n)
         if cap[n] == 0:
             return []
         if cap[n] >= k:
@@ -53,6 +63,27 @@ class GangsMixin:
                     if taken[i] < cap[i] and sum(taken.values()) < k:
                         taken[i] += 1
         return [(i, taken[i]) for i in nodes if taken[i] > 0]
+
+    def _helios_parts(self, k: int, cap: dict, n: int) -> list[tuple[int, int]]:
+        """Helios's placer (semantics.md, "Gang jobs") for k > G GPUs: the first k // G nodes
+        that can give G GPUs, by index, then k % G GPUs on the next node by (GPUs it can give,
+        descending; index). [] unless that plan exists, fits in max_span nodes and starts at n."""
+        per_node = self._node_gpus()
+        if per_node == 0:  # a cluster without GPUs holds no GPU job
+            return []
+        q, r = divmod(k, per_node)
+        whole = [i for i in range(self.N) if cap[i] >= per_node][:q]
+        if len(whole) < q:
+            return []
+        plan = [(i, per_node) for i in whole]
+        if r:
+            rest = sorted((i for i in range(self.N) if cap[i] >= 1 and i not in whole), key=lambda i: (-cap[i], i))
+            if not rest or cap[rest[0]] < r:
+                return []
+            plan.append((rest[0], r))
+        if len(plan) > self.config.max_span or plan[0][0] != n:
+            return []
+        return plan
 
     def _node_frag(self, n: int) -> float:
         if not (self.node_valid[n] and self.config.track_frag):

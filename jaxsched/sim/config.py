@@ -99,7 +99,9 @@ class EnvConfig:
       [J, S - 1] records of the other parts (``SimState.span_node``, ``span_bits``).
     gang_rule: how a gang's other nodes are chosen after the policy's node: "consolidate"
       (fill the nodes of most capacity first: the fewest nodes) or "spread" (one GPU per
-      node and pass: the most nodes).
+      node and pass: the most nodes); or "helios", Helios's placer, which chooses every node
+      itself: a job of at most G GPUs (a node's most) on one node only, a larger one on
+      k // G whole free nodes by index and its remainder on the next node by free GPUs.
     spread_penalty: a gang on more than one node runs at this times its speed (1.0: none;
       Blox uses 0.6-0.9 by model).
     gang_one_model: a gang takes nodes of its anchor's GPU model only (Gavel gives a job one
@@ -230,6 +232,8 @@ class EnvConfig:
             bad("max_span", "gang jobs need dynamic mode (static mode is the FGD protocol: one node per job)")
         if self.gang_rule not in GANG_RULES:
             bad("gang_rule", f"must be one of {GANG_RULES}")
+        if self.gang_rule == "helios" and self.gang_one_model:
+            bad("gang_rule", '"helios" (Helios\'s placer, for one GPU model) does not mix with gang_one_model')
         if not (0 < self.spread_penalty <= 1):
             bad("spread_penalty", "must be a number in (0, 1]: a gang on several nodes runs at this times its "
                                   "speed (1.0: spanning nodes costs nothing; above 1 it would run faster)")

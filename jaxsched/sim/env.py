@@ -96,7 +96,8 @@ class ClusterEnv(EventsMixin, WindowMixin, ReservationMixin, RescheduleMixin, No
         if cfg.static:
             unschedulable = jnp.zeros(num_jobs, bool)  # static mode tests fit at each arrival
         else:
-            unschedulable = gangs.never_fits(cluster, jobs, cfg.max_span, one_model=cfg.gang_one_model)
+            unschedulable = gangs.never_fits(cluster, jobs, cfg.max_span, one_model=cfg.gang_one_model,
+                                           rule=cfg.gang_rule)
         if cfg.tie_break == "permutation":
             node_rank = jax.random.permutation(key, cluster.num_nodes).astype(jnp.int32)
         else:

@@ -18,7 +18,7 @@ from jaxsched.sim import resources
 from jaxsched.sim.when_due import when_due
 from jaxsched.types import GPU_MILLI, MAX_GPUS_PER_NODE, Cluster, Core, Jobs
 
-GANG_RULES = ("consolidate", "spread")
+GANG_RULES = ("consolidate", "spread", "helios")
 
 
 def part_request(request, num_gpu, gpus):
@@ -45,36 +45,73 @@ def caps(cluster: Cluster, free_cpu, free_mem, whole_free, num_gpu, cpu_milli, m
 
 
 def fits(cluster: Cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli, cpu_milli,
-         mem_mib, model_mask, span: int, closed=False, one_model: bool = False):
+         mem_mib, model_mask, span: int, closed=False, one_model: bool = False, rule: str = "consolidate"):
     """[..., N] bool: ``resources.fits`` with gangs of up to ``span`` nodes: a job of k >= 2
     whole GPUs fits node n when n can be its anchor (``anchor_fits``, capacity net of the
     ``closed`` [..., N] nodes; with ``one_model``, of the nodes of n's GPU model only:
-    ``anchor_fits_one_model``); other jobs as ``resources.fits`` says."""
+    ``anchor_fits_one_model``); other jobs as ``resources.fits`` says. Under the "helios"
+    ``rule`` a job of more GPUs than a node has fits its plan's first node only
+    (``helios_plan``), and a smaller one on one node only."""
     alone = resources.fits(cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli,
                            cpu_milli, mem_mib, model_mask)
     if span == 1:
         return alone
     cap = caps(cluster, free_cpu, free_mem, whole_free, num_gpu, cpu_milli, mem_mib, model_mask, closed)
+    if rule == "helios":
+        per_node = node_gpus(cluster)
+        ok, first, _, _, _, _ = helios_plan(cap, num_gpu, per_node, span)
+        as_gang = ok[..., None] & (jnp.arange(cap.shape[-1]) == first[..., None])
+        return jnp.where((jnp.asarray(num_gpu) > per_node)[..., None], as_gang, alone)
     as_gang = anchor_fits_one_model(cluster, cap, num_gpu, span) if one_model else anchor_fits(cap, num_gpu, span)
     return jnp.where((jnp.asarray(num_gpu) >= 2)[..., None], as_gang, alone)
 
 
 def fits_when_empty(cluster: Cluster, num_gpu, gpu_milli, cpu_milli, mem_mib, model_mask, span: int,
-                    one_model: bool = False):
+                    one_model: bool = False, rule: str = "consolidate"):
     """[..., N] bool: ``fits`` on the *empty* cluster (every GPU, CPU and MiB free). Job fields [...]."""
     free_milli = jnp.where(cluster.gpu_exists, GPU_MILLI, 0).astype(jnp.int32)
     max_free, whole_free = resources.node_summary(free_milli)
     free_cpu = jnp.where(cluster.valid, cluster.cpu_milli, 0)
     free_mem = jnp.where(cluster.valid, cluster.mem_mib, 0)
     return fits(cluster, free_cpu, free_mem, max_free, whole_free, num_gpu, gpu_milli, cpu_milli, mem_mib,
-                model_mask, span, one_model=one_model)
+                model_mask, span, one_model=one_model, rule=rule)
 
 
-def never_fits(cluster: Cluster, jobs: Jobs, span: int, one_model: bool = False):
+def never_fits(cluster: Cluster, jobs: Jobs, span: int, one_model: bool = False, rule: str = "consolidate"):
     """[J] bool: the job fits no node (or, a gang, no set of up to ``span`` nodes) of the
-    *empty* cluster: it fails at its arrival (``EnvConfig.max_span``, ``gang_one_model``)."""
+    *empty* cluster: it fails at its arrival (``EnvConfig.max_span``, ``gang_one_model``,
+    ``gang_rule``)."""
     return ~fits_when_empty(cluster, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli, jobs.mem_mib, jobs.model_mask,
-                            span, one_model).any(-1)
+                            span, one_model, rule).any(-1)
+
+
+def node_gpus(cluster: Cluster):
+    """[] int32 G: the most GPUs one node of the cluster has (Helios's nodes all have 8)."""
+    return jnp.where(cluster.valid, cluster.num_gpus, 0).max().astype(jnp.int32)
+
+
+def helios_plan(cap, num_gpu, per_node, span: int):
+    """Helios's consolidating placer (HeliosArtifact, ``placer/consolidate.py``) for a job of
+    k > G GPUs, G = ``per_node`` (docs/semantics.md, "Gang jobs"): q = k // G nodes the job
+    can take whole (cap = G), the first q by index, and, when r = k % G > 0, r GPUs on the
+    next node by (cap descending, index): another whole node if one is left, else the
+    fullest other. cap [..., N] (``caps``), num_gpu [...] ->
+    (ok [...], first [...] the first whole node, in_q [..., N] the q whole nodes, rem [...]
+    the remainder's node, q [...], r [...]); ok: q whole nodes exist, the remainder's node
+    has r, and q + (r > 0) <= span."""
+    n_nodes = cap.shape[-1]
+    idx = jnp.arange(n_nodes)
+    k = jnp.asarray(num_gpu)[..., None]
+    some = jnp.maximum(per_node, 1)  # (a cluster without GPUs: no plan)
+    q, r = k // some, k % some  # [..., 1]
+    whole = cap >= per_node
+    in_q = whole & (jnp.cumsum(whole, -1) <= q)
+    key = jnp.where(~in_q & (cap >= 1), cap * n_nodes + (n_nodes - 1 - idx), -1)
+    rem = jnp.argmax(key, -1)
+    rem_cap = jnp.where(key.max(-1) >= 0, jnp.take_along_axis(cap, rem[..., None], -1)[..., 0], 0)
+    ok = (per_node > 0) & (whole.sum(-1) >= q[..., 0]) & ((r[..., 0] == 0) | (rem_cap >= r[..., 0])) & (
+        q[..., 0] + (r[..., 0] > 0) <= span)
+    return ok, jnp.argmax(whole, -1), in_q, rem, q[..., 0], r[..., 0]
 
 
 def _top_sums(cap, span: int):
@@ -118,15 +155,25 @@ def same_model_caps(cluster: Cluster, cap, anchor):
     return jnp.where(cluster.gpu_model == cluster.gpu_model[anchor], cap, 0)
 
 
-def parts(cap, anchor, num_gpu, node_rank, span: int, rule: str):
+def parts(cap, anchor, num_gpu, node_rank, span: int, rule: str, per_node=None):
     """The nodes of one gang and the GPUs each takes -> (node [S] int32, gpus [S] int32).
 
     cap [N] (one job's ``caps``), anchor the policy's node, node_rank [N] the tie-break rank
     (a permutation of 0..N-1). Slot 0 is the anchor, then the other nodes with cap >= 1 by
     cap (largest first), then rank. "consolidate" fills them in that order; "spread" hands
     out one GPU per node and pass. Unused slots: node -1, 0 GPUs. Assumes the job fits with
-    this anchor (``anchor_fits``)."""
+    this anchor (``anchor_fits``). "helios" (``per_node`` G given): ``helios_plan``'s q whole
+    nodes by index, G GPUs each, then its remainder's node (the anchor is the first)."""
     n_nodes = cap.shape[-1]
+    if rule == "helios":
+        _, _, in_q, rem, q, r = helios_plan(cap, num_gpu, per_node, span)
+        order = jnp.argsort(jnp.where(in_q, jnp.arange(n_nodes), n_nodes + jnp.arange(n_nodes)))
+        order = jnp.pad(order, (0, max(0, span - n_nodes)), constant_values=-1)[:span]
+        slot = jnp.arange(span)
+        last = (slot == q) & (r > 0)
+        node = jnp.where(slot < q, order, jnp.where(last, rem, -1))
+        gpus = jnp.where(slot < q, per_node, jnp.where(last, r, 0))
+        return node.astype(jnp.int32), gpus.astype(jnp.int32)
     others = (cap >= 1) & (jnp.arange(n_nodes) != anchor)
     key = jnp.where(others, cap * n_nodes + (n_nodes - 1 - node_rank), -1)  # cap, then low rank
     key, order = jax.lax.top_k(key, min(span - 1, n_nodes))
@@ -170,7 +217,7 @@ class GangMixin:
                        jobs.mem_mib[j], jobs.model_mask[j], closed)
             if self.config.gang_one_model:
                 cap = same_model_caps(cluster, cap, n)
-            node, gpus = parts(cap, n, k, node_rank, span, self.config.gang_rule)
+            node, gpus = parts(cap, n, k, node_rank, span, self.config.gang_rule, node_gpus(cluster))
             return cap[n] < k, node, gpus
 
         def no_gang():  # fewer than 2 GPUs, or no placement: no parts are taken

@@ -37,7 +37,7 @@ class NodeStateMixin:
                 closed = self._closed(core, j[..., None], jnp.arange(cluster.num_nodes))
                 fit = gangs.fits(cluster, core.free_cpu, core.free_mem, core.max_free, core.whole_free,
                                  *self._request(jobs, j), self.config.max_span, closed,
-                                 one_model=self.config.gang_one_model)
+                                 one_model=self.config.gang_one_model, rule=self.config.gang_rule)
                 return fit if n is None else fit[..., n]
 
             if j.ndim == 0:  # one job: its gang tests only if it could be a gang

@@ -97,7 +97,8 @@ class ReservationMixin:
             group_ends = (i + 1 >= core.num_running) | (core.run_end_s[(at + 1) % r] > core.run_end_s[at])
             max_free, whole_free = resources.node_summary(free_milli)
             fit = gangs.fits(cluster, free_cpu, free_mem, max_free, whole_free, *self._request(jobs, j),
-                             self.config.max_span, one_model=self.config.gang_one_model) & group_ends
+                             self.config.max_span, one_model=self.config.gang_one_model,
+                             rule=self.config.gang_rule) & group_ends
             node = jnp.where(fit.any(), jnp.argmin(jnp.where(fit, state.node_rank, big)), -1)
             return i + 1, free_milli, free_cpu, free_mem, node.astype(jnp.int32)
 

@@ -473,7 +473,8 @@ class RoundsMixin:
         anchor, for a gang) with the walk's free resources (no reservation with rounds)."""
         max_free, whole_free = resources.node_summary(walk.free_milli)
         return gangs.fits(cluster, walk.free_cpu, walk.free_mem, max_free, whole_free, *self._request(jobs, j)[:4],
-                          model_mask, self.config.max_span, one_model=self.config.gang_one_model)
+                          model_mask, self.config.max_span, one_model=self.config.gang_one_model,
+                          rule=self.config.gang_rule)
 
     def _place_first_fit(self, key, walk: Walk, state: SimState, params: EnvParams, j, n, active,
                          model_mask) -> Walk:
@@ -489,7 +490,8 @@ class RoundsMixin:
                              jobs.cpu_milli[j], jobs.mem_mib[j], model_mask)
             if cfg.gang_one_model:
                 cap = gangs.same_model_caps(cluster, cap, n)
-            part_node, part_gpus = gangs.parts(cap, n, k, state.node_rank, cfg.max_span, cfg.gang_rule)
+            part_node, part_gpus = gangs.parts(cap, n, k, state.node_rank, cfg.max_span, cfg.gang_rule,
+                                               gangs.node_gpus(cluster))
             is_gang = (k >= 2) & (cap[n] < k)
         alone = active & ~is_gang
         free_row = free_milli[n]

@@ -137,6 +137,30 @@ def test_gang_rules_pick_nodes_by_capacity_then_rank(k, span, anchor, rule, node
     np.testing.assert_array_equal(got[1], gpus)
 
 
+HELIOS_CAPS = np.int32([8, 3, 8, 5, 8])  # nodes of G = 8 GPUs: what each can give the job
+
+
+@pytest.mark.parametrize("k, span, nodes, gpus", [
+    (12, 4, [0, 2, -1, -1], [8, 4, 0, 0]),  # one whole node, the remainder on the next whole one
+    (16, 4, [0, 2, -1, -1], [8, 8, 0, 0]),
+    (28, 4, [0, 2, 4, 3], [8, 8, 8, 4]),    # no whole node left: the fullest other (5 >= 4)
+    (30, 4, None, None),                    # the fullest other gives 5 < 6
+    (28, 3, None, None),                    # four nodes > max_span 3
+    (32, 5, None, None),                    # four whole nodes needed, three exist
+])
+def test_helios_places_whole_nodes_by_index_then_the_remainder_on_the_fullest_next(k, span, nodes, gpus):
+    """Helios's consolidating placer (semantics.md, "Gang jobs"): the plan, and the job fits
+    the plan's first node only."""
+    ok, first, *_ = gangs.helios_plan(jnp.asarray(HELIOS_CAPS), np.int32(k), np.int32(8), span)
+    assert bool(ok) == (nodes is not None)
+    if nodes is not None:
+        assert int(first) == 0
+        got = gangs.parts(jnp.asarray(HELIOS_CAPS), 3, np.int32(k), np.arange(5, dtype=np.int32), span, "helios",
+                          np.int32(8))  # (the anchor given is ignored: the plan chooses)
+        np.testing.assert_array_equal(got[0], nodes)
+        np.testing.assert_array_equal(got[1], gpus)
+
+
 @pytest.mark.parametrize("k, span, fits", [
     (7, 2, [1, 1, 0, 0, 1]),  # node 3: 2 + 4 < 7
     (9, 3, [1, 1, 0, 1, 1]),  # node 3: 2 + 4 + 4
@@ -188,6 +212,8 @@ GANG_CASES = [  # (policy, {env settings}); the registry's env config for the re
     pytest.param("consolidate", {"max_span": 3, "reserve_after_s": 10.0}, id="consolidate"),
     pytest.param("first-fit", {"max_span": 3, "gang_one_model": True, "reserve_after_s": 10.0},
                  id="first-fit-one-model"),
+    pytest.param("best-fit", {"max_span": 4, "gang_rule": "helios", "window": 1, "backfill": False},
+                 id="helios-strict-fifo"),
     extended("best-fit", {"max_span": 3, "gang_rule": "spread", "spread_penalty": 0.7, "reserve_after_s": 10.0},
              id="best-fit"),
     extended("spread", {"max_span": 4, "spread_penalty": 0.8, "backfill": False}, id="spread"),
@@ -272,3 +298,10 @@ def assert_no_gpu_held_twice(sim):
         if len(sim.parts[j]) > 1:
             assert all(sim.jobs[j].gpu_milli == 1000 for _ in sim.parts[j])
             assert sum(len(gpus) for _, gpus, _, _ in sim.parts[j]) == sim.jobs[j].num_gpu
+
+
+def test_helios_placer_and_one_model_per_gang_are_refused_together_in_both_simulators():
+    with pytest.raises(ValueError, match="gang_rule"):
+        EnvConfig(max_span=2, gang_rule="helios", gang_one_model=True)
+    with pytest.raises(ValueError, match="gang_rule"):
+        reference.RefConfig(max_span=2, gang_rule="helios", gang_one_model=True)
