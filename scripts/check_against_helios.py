@@ -19,13 +19,15 @@ Helios's rules: the whole VC in one episode (``workload.window_jobs`` = its job 
 times not capped (``workload.max_work_s``), the VC's nodes (``cluster.preset_nodes``) of 8
 GPUs, no spread penalty (``env.spread_penalty = 1.0``), every job measured, and
 ``env.max_span`` just large enough for the VC's largest gang (1 node for 6214e9, 3 for
-b436b2's 24-GPU jobs), an unbounded queue (``env.queue_capacity`` = the job count) and a
-step cap no strict queue reaches. One rule differs and has no jaxsched setting: with
-``env.max_span`` above 1, jaxsched may run any job of 2 or more GPUs over several nodes
-(its best-fit node first, then the nodes of most room), where Helios keeps a job of up to 8
-GPUs on one node and a larger one on whole free nodes; once the cluster is full this changes
-start times (results/philly/helios: b436b2 at load 0.7). jaxsched gives each job 4 cores and 16 GiB per GPU (the trace has
-none), which every 8-GPU node holds GPU for GPU, so they never block a placement Helios makes.
+b436b2's 24-GPU jobs), Helios's placer (``env.gang_rule = "helios"``: a job of up to 8 GPUs on
+one node only, a larger one on whole free nodes by index and its remainder on the next node
+by free GPUs; docs/semantics.md, "Gang jobs"), an unbounded queue (``env.queue_capacity`` =
+the job count) and a step cap no strict queue reaches. ``--gang-rule consolidate`` runs
+jaxsched's own gangs instead (any job of 2 or more GPUs may span nodes: its best-fit node
+first, then the nodes of most room), which changes start times once the cluster is full
+(results/philly/helios: b436b2 at load 0.7). jaxsched gives each job 4 cores and 16 GiB per
+GPU (the trace has none), which every 8-GPU node holds GPU for GPU, so they never block a
+placement Helios makes.
 
 ``--replay native``: the jobs at the trace's own submission times (``workload.replay =
 "native"``); ``--replay load``: compressed to offered load ``--load`` (``"windows"``,
@@ -179,7 +181,7 @@ def first_difference(table: pd.DataFrame):
 
 
 def jaxsched_config(trace: str, vc: str, scheduler: str, replay: str, load: float, num_jobs: int,
-                    max_gpus: int) -> cfg_lib.Config:
+                    max_gpus: int, gang_rule: str = "helios") -> cfg_lib.Config:
     """configs/philly.toml under Helios's rules for the VC's ``num_jobs`` jobs (module docstring)."""
     return cfg_lib.load("configs/philly.toml", [
         f"workload.trace={trace!r}", f"workload.vcs=[{vc!r}]",
@@ -187,6 +189,7 @@ def jaxsched_config(trace: str, vc: str, scheduler: str, replay: str, load: floa
         f"workload.window_jobs={num_jobs}", f"workload.target_load={load}", "workload.max_work_s=1e9",
         "workload.trace_span=[0.0, 1.0]", f"cluster.preset_nodes={philly.VC_NODES[vc]}", "cluster.node_gpus=8",
         f"env.max_span={max(1, math.ceil(max_gpus / GPUS_PER_NODE))}", "env.spread_penalty=1.0",
+        f"env.gang_rule={gang_rule!r}",
         "env.warmup_jobs=0", "env.measured_jobs=0", "eval.episodes=1", "eval.batch_size=1",
         f"eval.schedulers=[{scheduler!r}]",
         # a strict queue spends a decision on each arrival and end it waits through: more than
@@ -207,6 +210,8 @@ def main(argv=None) -> int:
                         help="native: the trace's submission times; load: compressed to --load")
     parser.add_argument("--load", type=float, default=0.7, help="offered load with --replay load")
     parser.add_argument("--trace", default="../shared/data/philly/philly.csv", help="philly.csv")
+    parser.add_argument("--gang-rule", choices=("helios", "consolidate"), default="helios",
+                        help="jaxsched's env.gang_rule: Helios's placer, or jaxsched's own gangs")
     parser.add_argument("--out", default="results/runs/check_helios")
     args = parser.parse_args(argv)
     helios = (args.helios / HELIOS_DIR).resolve()
@@ -217,7 +222,7 @@ def main(argv=None) -> int:
     vc_jobs = philly.load(paths.resolve_data_path(args.trace), vcs=[args.vc])
     scheduler = POLICIES[args.policy]
     config = jaxsched_config(args.trace, args.vc, scheduler, args.replay, args.load, len(vc_jobs),
-                             int(vc_jobs.num_gpu.max()))
+                             int(vc_jobs.num_gpu.max()), args.gang_rule)
     ep = experiment.episodes(config, experiment.build_nodes(config))
     if args.replay == "load":  # Helios's clock: whole seconds, on both sides
         ep = ep._replace(jobs=ep.jobs.replace(arrival_s=np.round(np.asarray(ep.jobs.arrival_s))))
@@ -287,7 +292,8 @@ def main(argv=None) -> int:
     split = {side: int((small & (table[f"{side}_nodes"] > 1)).sum()) for side in ("helios", "jaxsched")}
     replay = "native" if args.replay == "native" else f"load {args.load:g}"
     summary = pd.DataFrame([{
-        "vc": args.vc, "replay": replay, "policy": args.policy, "jaxsched_scheduler": scheduler, "jobs": n,
+        "vc": args.vc, "replay": replay, "policy": args.policy, "jaxsched_scheduler": scheduler,
+        "gang_rule": args.gang_rule, "jobs": n,
         **{f"helios_{k}": v for k, v in h.items()}, **{f"jaxsched_{k}": v for k, v in j.items()},
         "same_start": starts["same"], "same_end": ends["same"], "same_start_and_end": both["same"],
         "within_1s": both["within_1s"], "first_differing_job": -1 if first is None else int(first.job),
