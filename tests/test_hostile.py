@@ -5,7 +5,10 @@ handling), so these stay fixed. Fast: the default tier."""
 
 from __future__ import annotations
 
+import random
+
 import gymnasium
+import hypothesis as hyp
 import jax
 import numpy as np
 import pandas as pd
@@ -18,6 +21,7 @@ from jaxsched.errors import DataError
 from jaxsched.sim import ClusterEnv, EnvConfig
 from jaxsched.types import EnvParams, jobs_from_numpy, to_device
 from jaxsched.workload import alibaba, gavel, philly
+from tests.settings import extended
 from tests.strategies import FRAG_CLASSES
 from tests.test_gym import ID, TINY
 from tests.workload import test_gavel
@@ -310,3 +314,47 @@ def test_ctrl_c_before_any_scheduler_finished_is_one_line_not_a_traceback(tmp_pa
     code = evaluate.main(["--set", "workload.synthetic.num_jobs=50", "--set", "env.warmup_jobs=0", "--set",
                           "env.measured_jobs=0", "--episodes", "1", "--out", str(tmp_path / "o"), "--quiet"])
     assert code == 130 and capsys.readouterr().err.strip() == "interrupted before any scheduler finished: nothing written"
+
+
+def random_round_settings(case: int):
+    """(round policy, EnvConfig) drawn for ``case``: the round settings an outside user may
+    combine (round length, restart costs by size, gangs and their rules, early-ending rounds,
+    allocation resets, the walk's slots), and the round policy."""
+    from tests.sim.test_preemption import round_env
+
+    rng = random.Random(case)
+    costs, above = rng.choice([((0.0,), ()), ((5.0,), ()), ((45.0,), ()), ((2.0, 60.0), (1,))])
+    settings = {"round_s": rng.choice([15.0, 30.0, 100.0]), "restart_overhead_s": costs, "restart_above_gpus": above,
+                "max_span": rng.choice([1, 2, 3]),
+                "gang_rule": rng.choice(["consolidate", "spread", "helios"]), "spread_penalty": rng.choice([1.0, 0.7]),
+                "gang_one_model": rng.random() < 0.5, "round_ends_early": rng.random() < 0.5,
+                "round_reset_s": rng.choice([0.0, 55.0]), "walk_slots": rng.choice([3, 512])}
+    policy = rng.choice(["las", "las-gpu", "srtf", "tiresias", "priority", "gavel-fifo"])
+    if settings["gang_rule"] == "helios":  # (Helios's placer: one GPU model, gangs never held to one)
+        settings["gang_one_model"] = False
+        policy = "las" if policy == "gavel-fifo" else policy
+    env = round_env(settings, tie_break="identity")
+    return policy, ClusterEnv(policies.get(policy).env_config(env.config))
+
+
+DEFAULT_TIER_CASES = (0, 3, 5, 12)  # gangs on one model, consolidate over 3 nodes, Helios's placer at 2 and 3
+
+
+@pytest.mark.parametrize("case", [case if case in DEFAULT_TIER_CASES else extended(case) for case in range(16)])
+def test_random_round_settings_never_overcommit_and_conserve_work(case):
+    """Over random round settings (``random_round_settings``) and random gang workloads,
+    after every round decision: no resource over-committed, GPUs held plus free equal to the
+    cluster's, a job's work left never grows, and a finished job's last segment does exactly
+    the work it had left (``tests.sim.test_preemption.assert_round_invariants``)."""
+    from tests.sim.test_gangs import GANG_SIZES
+    from tests.sim.test_preemption import assert_round_invariants
+    from tests.strategies import clusters, workloads
+
+    policy, env = random_round_settings(case)
+
+    @hyp.settings(max_examples=4, deadline=None)
+    @hyp.given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=hyp.strategies.integers(0, 2**31 - 1))
+    def check(cluster, jobs, seed):
+        assert_round_invariants(env, policy, cluster, jobs, seed, max_rounds=100)
+
+    check()

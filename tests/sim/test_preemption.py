@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jaxsched import cluster as cl
 from jaxsched import policies, reference
@@ -27,7 +28,7 @@ from tests.settings import EXAMPLES, extended
 from tests.sim import test_differential as td
 from tests.sim.test_gangs import GANG_SIZES
 from tests.strategies import FRAG_CLASSES, clusters, workloads
-from tests.test_reference import gpu_job, make_jobs, ONE_GPU_CLASS
+from tests.test_reference import ONE_GPU_CLASS, gpu_job, make_jobs
 from tests.test_reference_preemption import backlog_case, one_gpu_nodes
 
 TIRESIAS = {"tiresias_thresholds_gpu_s": (100.0, 600.0), "tiresias_promote_knob": 0.5}  # (test jobs: <= 5,440 GPU-s)
@@ -43,6 +44,8 @@ ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
                                        "restart_above_gpus": (1, 4), "max_span": 3, "gang_rule": "spread",
                                        "spread_penalty": 0.7, "tiresias_thresholds_gpu_s": (300.0,)},
              True, id="las-gpu-tiresias-gangs-spread"),
+    extended(("srtf", "las"), {"round_s": 30.0, "restart_overhead_s": 40.0, "max_span": 3, "gang_rule": "helios"},
+             True, id="srtf-las-helios-gangs"),
     extended(("srtf",), {"round_s": 60.0, "restart_overhead_s": 15.0, "gpu_rule": "first-fit",
                          "warmup_jobs": 3, "measured_jobs": 8}, False, id="srtf-measure"),
     extended(("las-gpu", "las"), {"round_s": 35.0, "restart_overhead_s": 100.0, "gpu_rule": "fgd",
@@ -165,26 +168,34 @@ def jitted_round_fns(env):
 @given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=st.integers(0, 2**31 - 1))
 def test_rounds_conserve_work_and_resources_in_the_env(policy, one_model, cluster, jobs, seed):
     """Round by round (gangs, restart by size; las-gpu, and gavel-fifo with its allocation kept
-    between rounds and a gang on one GPU model): no resource is overcommitted and the GPU
-    milli held by running jobs plus the free milli is the cluster's; a job's remaining work
-    never grows; a finished job's last segment did exactly the work it had left; with
-    ``gang_one_model`` every running gang's nodes are of one model."""
+    between rounds and a gang on one GPU model): ``assert_round_invariants``."""
     env = round_env({"round_s": 30.0, "restart_overhead_s": (2.0, 5.0), "restart_above_gpus": (1,),
                      "max_span": 3, "gang_one_model": one_model}, tie_break="identity")
+    assert_round_invariants(env, policy, cluster, jobs, seed)
+
+
+def assert_round_invariants(env, policy, cluster, jobs, seed, max_rounds=150):
+    """One episode under round policy ``policy``, checked after every round decision: no
+    resource is overcommitted and the GPU milli held by running jobs plus the free milli is
+    the cluster's; a job's remaining work never grows; a finished job's last segment did
+    exactly the work it had left (so work is conserved across its suspensions); with
+    ``gang_one_model`` every running gang's nodes are of one model."""
     reset, step_round = jitted_round_fns(env)
     params = to_device(EnvParams(cluster, FRAG_CLASSES))
-    decide = jax.jit(functools.partial(bound_policy(env, policy), None))
+    bound = bound_policy(env, policy)
+    decide = jax.jit(functools.partial(bound, None))
+    with_params = round_policies.reads_env_params(policies.get(policy).policy)
     key = jax.random.key(seed)
     state, _ = reset(key, params, to_device(jobs))
     capacity = int(np.asarray(cluster.gpu_exists).sum()) * GPU_MILLI
     remaining = np.asarray(remaining_now(state))
-    for t in range(150):  # (las-gpu may thrash on a loaded cluster: not every episode ends)
+    for t in range(max_rounds):  # (las-gpu may thrash on a loaded cluster: not every episode ends)
         if bool(state.core.done):
             break
-        priority = decide(state, None, params) if policy == "gavel-fifo" else decide(state, None)
+        priority = decide(state, None, params) if with_params else decide(state, None)
         state, _, _, _, _ = step_round(jax.random.fold_in(key, t), state, priority, params)
         core = state.core
-        if one_model:
+        if env.config.gang_one_model:
             model = np.asarray(cluster.gpu_model)
             for j in np.asarray(core.run_job)[np.asarray(core.run_job) >= 0]:
                 nodes = [int(state.node[j])] + [int(n) for n in np.asarray(state.span_node[j]) if n >= 0]
