@@ -211,7 +211,8 @@ class WindowMixin:
     def _rescan(self, core: Core, jobs: Jobs, cluster, n, active=True):
         """Bring back, in queue order, the parked jobs that fit node n now (after node n
         gained resources, when ``active``): one fit test on n per parked job, N for each one
-        that joins. Stops at the last parked job or once K window jobs are passed."""
+        that joins (under the "helios" gang rule, N per parked job: a gang's plan may start on
+        another node than n). Stops at the last parked job or once K window jobs are passed."""
         k = self.config.window
 
         def cond(core, at):
@@ -223,7 +224,10 @@ class WindowMixin:
             i, s = at
             member = (s < core.win_len) & (core.win_pos[jnp.minimum(s, k - 1)] == i)
             j = core.queue[i]
-            back = ~member & self._fits(core, jobs, cluster, j, n) & ~self._closed(core, j, n)
+            if self.config.gang_rule == "helios":  # Helios's plan starts where it will, not at n
+                back = ~member & self._fit_row(core, jobs, cluster, j).any()
+            else:  # a job that fits nowhere before n gained and somewhere after fits n
+                back = ~member & self._fits(core, jobs, cluster, j, n) & ~self._closed(core, j, n)
             row = jax.lax.cond(back, lambda: self._fit_row(core, jobs, cluster, j),
                                lambda: jnp.zeros(cluster.num_nodes, bool))
             return self._win_insert(core, s, i, j, row, back), (i + 1, s + (member | back))

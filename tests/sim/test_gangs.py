@@ -250,7 +250,7 @@ def test_gang_episodes_match_reference(policy, settings, cluster, jobs, seed):
     td.assert_same_metrics(got, ref_out["metrics"])
 
 
-@pytest.mark.parametrize("gang_rule", ["consolidate", extended("spread")])
+@pytest.mark.parametrize("gang_rule", ["consolidate", extended("spread"), extended("helios")])
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), jobs=workloads(sizes=GANG_SIZES), seed=st.integers(0, 2**31 - 1))
 def test_random_actions_keep_both_simulators_in_lockstep_with_gangs(gang_rule, cluster, jobs, seed):
