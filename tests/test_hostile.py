@@ -102,6 +102,32 @@ def test_absurd_gavel_throughputs_are_refused_naming_the_entry(tmp_path, gpu, va
     assert e.value.field == f"{named} / ('B', 1) / null" and e.value.path == str(path)
 
 
+def test_a_restart_cost_far_above_the_round_cannot_livelock_las():
+    """``las`` with ``env.restart_overhead_s=[1e9]`` livelocked: restart time counts as attained
+    service, so a restarting job was preempted again before its restart ended (68,358
+    preemptions in 1,829 rounds, 94 of 300 jobs never finished). A cost past 2^24 s is now
+    refused, naming the field, and the restart guard (semantics.md, "The restart guard") keeps
+    a restarted job on its GPU until it has run as long as its restart took: 3 jobs on one GPU
+    with a 1,000-s cost and 100-s rounds all end, where without the guard they preempt each
+    other to the step cap."""
+    from tests.sim.test_preemption import jitted_round_rollout, round_env
+    from tests.test_reference_preemption import one_gpu_nodes
+
+    with pytest.raises(DataError, match="restart_overhead_s"):
+        cfg_lib.load(None, ["env.restart_overhead_s=[1e9]"])
+    jobs = jobs_from_numpy(arrival_s=[0, 0, 0], work_s=[300] * 3, num_gpu=[1] * 3, gpu_milli=[1000] * 3,
+                           cpu_milli=[0] * 3, mem_mib=[0] * 3)
+    params = to_device(EnvParams(one_gpu_nodes(1), FRAG_CLASSES))
+    batch = jax.tree.map(lambda x: np.asarray(x)[None], jobs)
+    done = {}
+    for guard in (False, True):
+        env = round_env({"round_s": 100.0, "restart_overhead_s": 1000.0, "restart_guard": guard}, tie_break="identity")
+        env = ClusterEnv(policies.get("las").env_config(env.config))
+        state, metrics = jitted_round_rollout(env, "las", 200)(params, to_device(batch), jax.random.key(0)[None])
+        done[guard] = (int(metrics["done"][0]), int(metrics["decisions"][0]), int(np.isfinite(state.end_s[0, :3]).sum()))
+    assert done[False][:2] == (0, 200) and done[False][2] < 3 and done[True][0] == 1 and done[True][1] < 100 and done[True][2] == 3
+
+
 def test_a_number_for_restart_overhead_s_is_one_constant_cost_through_set():
     """``--set env.restart_overhead_s=30`` was refused ("expected a list") though the setting
     reads a number as one constant cost."""

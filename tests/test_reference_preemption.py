@@ -1,6 +1,7 @@
 """Preemption and scheduling rounds in the reference simulator (semantics.md, "Preemption
 and rounds"), by hand and as properties of random episodes."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -185,9 +186,15 @@ def test_a_job_arriving_mid_round_waits_and_a_completion_at_a_round_frees_its_gp
     assert out["metrics"]["preemptions"] == 0 and out["metrics"]["decisions"] == 3
 
 
+def alternate(sim):
+    """A round policy that puts j1 first in rounds 1 and 3 and j0 first otherwise."""
+    first = 1 if sim.decisions in (1, 3) else 0
+    return [1.0 if j == first else 0.0 for j in range(sim.J)]
+
+
 def test_a_preemption_during_the_restart_loses_it_and_the_next_start_pays_it_again():
-    # One 1-GPU node, round 100 s, restart 150 s; two 200-s jobs arriving at 0; a policy
-    # that puts j1 first in rounds 1 and 3 and j0 first otherwise:
+    # Without the restart guard (Helios's rule). One 1-GPU node, round 100 s, restart 150 s;
+    # two 200-s jobs arriving at 0; ``alternate``:
     #   t=0   j0 runs (0..200).
     #   t=100 j1 first: j0 preempted (100 s left); j1 runs 100..300 (first start).
     #   t=200 j0 first: j1 preempted (100 s left); j0 restarts: work from 350, end 450.
@@ -198,13 +205,9 @@ def test_a_preemption_during_the_restart_loses_it_and_the_next_start_pays_it_aga
     #   t=700 j1 restarts (j0 ended at 650): work from 850, end 950. Rounds 0..700 decided
     #         (at 800 and 900 nothing waits).
     # Restart time paid: j0 100 (cut) + 150, j1 100 (cut) + 150 = 500 GPU-seconds.
-    def alternate(sim):
-        first = 1 if sim.decisions in (1, 3) else 0
-        return [1.0 if j == first else 0.0 for j in range(sim.J)]
-
     cluster = one_gpu_nodes(1)
     jobs = make_jobs([gpu_job(0, 200), gpu_job(0, 200)])
-    sim = run_rounds(cluster, jobs, RefConfig(round_s=100, restart_overhead_s=150.0), alternate)
+    sim = run_rounds(cluster, jobs, RefConfig(round_s=100, restart_overhead_s=150.0, restart_guard=False), alternate)
     out = sim.results()
     np.testing.assert_array_equal(out["end_s"], np.float32([650, 950]))
     np.testing.assert_array_equal(out["preemptions"], [2, 2])
@@ -213,6 +216,45 @@ def test_a_preemption_during_the_restart_loses_it_and_the_next_start_pays_it_aga
     assert out["metrics"]["restart_gpu_s"] == pytest.approx(500.0)
     assert out["metrics"]["decisions"] == 8
     np.testing.assert_array_equal(out["attained_s"], np.float32([100 + 100 + 250, 100 + 100 + 250]))
+
+
+def test_the_restart_guard_keeps_a_restarted_job_until_it_has_run_as_long_as_its_restart():
+    # The same jobs and policy with the guard (the default): a job restarted at t with cost
+    # c keeps its GPU at every round before t + 2c, whatever its priority.
+    #   t=0, 100, 200 as without it: j0 restarts at 200, work from 350, end 450, guarded
+    #         until 500.
+    #   t=300 j1 first, but j0 is guarded: it keeps the GPU and j1 stays queued.
+    #   t=400 j0 first (and guarded). j0 ends at 450.
+    #   t=500 j1 restarts: work from 650, end 750 (guarded until 800; nothing asks for it).
+    # Each restart is paid once: 150 + 150 = 300 GPU-seconds, and 6 rounds decided.
+    cluster = one_gpu_nodes(1)
+    jobs = make_jobs([gpu_job(0, 200), gpu_job(0, 200)])
+    out = run_rounds(cluster, jobs, RefConfig(round_s=100, restart_overhead_s=150.0), alternate).results()
+    np.testing.assert_array_equal(out["end_s"], np.float32([450, 750]))
+    np.testing.assert_array_equal(out["preemptions"], [1, 1])
+    assert out["segments"][0] == [(0, 0, 100, 1), (200, 350, 450, 1)]
+    assert out["segments"][1] == [(100, 100, 200, 1), (500, 650, 750, 1)]
+    assert out["metrics"]["restart_gpu_s"] == pytest.approx(300.0)
+    assert out["metrics"]["decisions"] == 6
+
+
+def test_the_restart_guard_ignores_a_hold_and_ends_the_restart_livelock_of_las():
+    # A held (-inf) restarting job is not preempted before it has run c past its restart.
+    # And LAS with a restart cost far above the round (issue 56, item 9): restart time counts
+    # as attained, so without the guard 3 jobs on 1 GPU preempt each other round after round
+    # before any restart is paid; with it every job ends.
+    cluster = one_gpu_nodes(1)
+    jobs = make_jobs([gpu_job(0, 200), gpu_job(0, 200)])
+    held = lambda sim: [-np.inf, 1.0] if sim.decisions == 3 else alternate(sim)  # noqa: E731  (j0 guarded at 3)
+    out = run_rounds(cluster, jobs, RefConfig(round_s=100, restart_overhead_s=150.0), held).results()
+    np.testing.assert_array_equal(out["end_s"], np.float32([450, 750]))
+    jobs = make_jobs([gpu_job(0, 300), gpu_job(0, 300), gpu_job(0, 300)])
+    config = RefConfig(round_s=100, restart_overhead_s=1000.0, restart_guard=False)
+    out = run(cluster, jobs, ONE_GPU_CLASS, config, round_policy="las-gpu", max_steps=500)
+    assert not np.isfinite(out["end_s"]).all() and out["metrics"]["decisions"] == 500
+    out = run(cluster, jobs, ONE_GPU_CLASS, dataclasses.replace(config, restart_guard=True), round_policy="las-gpu",
+              max_steps=500)
+    assert np.isfinite(out["end_s"]).all() and out["metrics"]["decisions"] < 100
 
 
 @pytest.mark.parametrize("nodes, num_gpu, cost_s", [(1, 8, 40.0), (2, 16, 60.0)])

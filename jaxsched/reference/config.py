@@ -47,6 +47,9 @@ class RefConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    # The restart guard (semantics.md, "The restart guard"): a job that restarted with a cost
+    # c > 0 keeps its GPUs until it has run c seconds past it (False: none, Helios's SRTF).
+    restart_guard: bool = True
     # Rounds that end when their last running job does, at most round_s (Gavel's; with no job
     # running, at the next arrival): semantics.md, "The round clock".
     round_ends_early: bool = False
@@ -97,8 +100,9 @@ class RefConfig:
             (self.round_s == 0 or self.mode == "dynamic", "round_s > 0 in static mode"),
             (self.round_s == 0 or self.resched_interval_s == 0,
              "round_s > 0 with resched_interval_s > 0 (rounds and rescheduling passes do not mix)"),
-            (len(costs) >= 1 and all(0 <= c < math.inf for c in costs),
-             f"restart_overhead_s {costs} (finite numbers >= 0)"),
+            (len(costs) >= 1 and all(0 <= c <= 2.0 ** 24 for c in costs),
+             f"restart_overhead_s {costs} (numbers >= 0 and <= 2^24 s)"),
+            (isinstance(self.restart_guard, bool), f"restart_guard {self.restart_guard!r} (true or false)"),
             (len(above) == len(costs) - 1 and all(b >= 0 for b in above)
              and all(a < b for a, b in zip(above, above[1:])),
              f"restart_above_gpus {above} (one threshold fewer than restart_overhead_s, increasing, >= 0)"),
@@ -115,5 +119,5 @@ class RefConfig:
 
 
 # RefConfig's settings of rounds (RefConfig.like leaves them off when a config lacks them).
-ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus", "tiresias_thresholds_gpu_s",
-                  "tiresias_promote_knob", "round_reset_s", "round_ends_early", "round_model_order")
+ROUND_SETTINGS = ("round_s", "restart_overhead_s", "restart_above_gpus", "restart_guard",
+                  "tiresias_thresholds_gpu_s", "tiresias_promote_knob", "round_reset_s", "round_ends_early", "round_model_order")

@@ -152,7 +152,7 @@ class RoundsMixin:
         priorities: the (job, model) pairs, a running job only on its anchor's model), by
         priority, each keep their nodes (running) or are placed first-fit (queued; on the
         pair's model only), preempting the lowest-priority running jobs still to come in the
-        order when nothing else fits."""
+        order when nothing else fits. A guarded running job (``_guarded``) is neither."""
         per_model = priority.ndim == 2
         score = {}  # (job, model) -> priority; model None: any model
         running = {j for _, j in self.running}
@@ -168,7 +168,8 @@ class RoundsMixin:
                 if p > -np.inf:  # not NaN or -inf
                     score[j, m] = float(p)
         listed = {j for j, _ in score}
-        for j in sorted(running - listed):
+        guarded = {j for j in running if self._guarded(j)}
+        for j in sorted(running - listed - guarded):
             self._preempt(j)  # held: its own pair is not listed
         named = [MODEL_NAMES.index(name) for name in self.config.round_model_order]
 
@@ -180,7 +181,7 @@ class RoundsMixin:
         for pos, (j, m) in enumerate(order):
             if self._in_segment(j) or len(self.running) >= self.config.running_capacity:
                 continue  # a running (or already placed) job keeps its nodes; a full set takes none
-            lower = [v for v, _ in order[pos + 1:] if v in running and self._in_segment(v)]
+            lower = [v for v, _ in order[pos + 1:] if v in running and self._in_segment(v) and v not in guarded]
             if m is None:
                 self._place_preempting(j, lower)
                 continue
@@ -190,6 +191,13 @@ class RoundsMixin:
                 self._place_preempting(j, lower)
             finally:
                 self.jobs[j] = job
+
+    def _guarded(self, j: int) -> bool:
+        """Running job j is kept on its nodes at a round now by the restart guard: its segment
+        began with a restart cost c > 0 and it is not yet c seconds past it (semantics.md,
+        "The restart guard")."""
+        cost = self.seg_cost_s[j]
+        return self.config.restart_guard and cost > 0 and bool(self.time_s < np.float32(self.run_from_s[j] + cost))
 
     def _place_preempting(self, j: int, lower: list[int]) -> None:
         """Place queued job j first-fit, after giving back (in thought) the running jobs of

@@ -24,6 +24,7 @@ TIE_BREAKS = ("permutation", "identity")
 REWARDS = ("in_system", "placed_jct")
 RESCHED_TARGETS = ("alloc", "fgd")  # where a migrated job goes (EnvConfig.resched_target)
 DEFAULT_RESERVE_AFTER_S = 3600.0
+MAX_RESTART_S = float(2 ** 24)  # the largest restart cost: float32 keeps whole seconds up to here
 # Tiresias's simulator (SymbioticLab/Tiresias, simulator/jobs.py): three queues, so of its
 # queue_limit [3250, 7200, 18000] only the first two are ever compared (run_sim.dlas_sim_jobs).
 TIRESIAS_THRESHOLDS_GPU_S = (3250.0, 7200.0)
@@ -114,6 +115,10 @@ class EnvConfig:
       preemption, by GPU count: ``restart_overhead_s[i]``, i = how many of the thresholds
       ``restart_above_gpus`` the job's num_gpu exceeds (a number: one constant cost).
     restart_above_gpus: the increasing GPU-count thresholds, one fewer than the costs.
+    restart_guard: a job that restarted with a cost c > 0 keeps its GPUs, whatever its
+      priority, until it has run c seconds past its restart (true, default; false: Helios's
+      SRTF, which may preempt a job during its restart). A restart cost then cannot livelock
+      a policy that ranks by attained service (docs/semantics.md, "The restart guard").
     round_ends_early: a round lasts until the last job running in it finishes, at most
       ``round_s`` (Gavel's simulator: a round ends when its micro-tasks do), and with no job
       running the next round is at the next arrival (docs/semantics.md, "The round clock").
@@ -168,6 +173,7 @@ class EnvConfig:
     round_s: float = 0.0
     restart_overhead_s: tuple = (0.0,)
     restart_above_gpus: tuple = ()
+    restart_guard: bool = True
     round_ends_early: bool = False
     round_reset_s: float = 0.0
     round_model_order: tuple = ()
@@ -246,8 +252,11 @@ class EnvConfig:
         if not (isinstance(self.round_s, numbers.Real) and 0 <= self.round_s < np.inf):
             bad("round_s", "must be a finite number >= 0 (0 = no rounds)")
         costs, above = self.restart_overhead_s, self.restart_above_gpus
-        if not (len(costs) >= 1 and all(isinstance(c, numbers.Real) and 0 <= c < np.inf for c in costs)):
-            bad("restart_overhead_s", "must be one or more finite numbers >= 0 (seconds)")
+        if not (len(costs) >= 1 and all(isinstance(c, numbers.Real) and 0 <= c <= MAX_RESTART_S for c in costs)):
+            bad("restart_overhead_s", f"must be one or more numbers >= 0 and <= {MAX_RESTART_S:g} (seconds: "
+                "2^24 s, 194 days, where float32 time stops keeping whole seconds)")
+        if not isinstance(self.restart_guard, bool):
+            bad("restart_guard", "must be true or false")
         if not (isinstance(above, tuple) and len(above) == len(costs) - 1
                 and all(isinstance(b, numbers.Integral) and b >= 0 for b in above)
                 and all(a < b for a, b in zip(above, above[1:]))):

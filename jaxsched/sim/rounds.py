@@ -182,6 +182,15 @@ class RoundsMixin:
         seg = state.segments
         return jnp.where(seg.preemptions > 0, self.restart_cost_s(state.jobs.num_gpu), 0.0)
 
+    def _guarded(self, state: SimState, running):
+        """[J] bool: the running jobs (``running`` [J]) the restart guard keeps on their nodes
+        at a round now: restarted with a cost c > 0 and not yet c seconds past it
+        (docs/semantics.md, "The restart guard"); None when no job can be."""
+        if not self.config.restart_guard or not any(c > 0 for c in self.config.restart_overhead_s):
+            return None
+        cost = self._segment_cost_s(state)
+        return running & (cost > 0) & (state.core.time_s < state.segments.run_from_s + cost)
+
     def preemption_metrics(self, state: SimState) -> dict:
         """preemptions, preemptions_per_job (the measured jobs') and restart_gpu_s (the
         restart costs of the closed segments, and of the open ones up to min(end, t))."""
@@ -273,9 +282,12 @@ class RoundsMixin:
                     jnp.zeros(num_jobs, bool), jnp.zeros(num_jobs, bool), jnp.ones(num_jobs, jnp.float32),
                     jnp.bool_(False))
 
-        # 1. held running jobs leave, all at once (order does not matter)
+        # 1. held running jobs leave, all at once (order does not matter), but the guarded
+        guarded = self._guarded(state, running0)
         ring = jnp.maximum(core.run_job, 0)
         go = (core.run_job >= 0) & held[ring]
+        if guarded is not None:
+            go = go & ~guarded[ring]
         walk = jax.lax.cond(go.any(), lambda w: self._take_all(w, jobs, params, ring, go, 1), lambda w: w, walk)
         gone = mark_jobs(jnp.where(go, ring, -1), num_jobs)
         walk = walk.replace(running=walk.running & ~gone, num_running=walk.num_running - go.sum(dtype=jnp.int32),
@@ -293,7 +305,7 @@ class RoundsMixin:
                     tier = jnp.where(order < num_units, model_tier[order % num_models], num_models)
                     order = order[jnp.argsort(tier, stable=True)]
                 return self._walk_order(key, walk, state, params, order, num_models, running0, n_listed,
-                                        left_out, rest_ask)
+                                        left_out, rest_ask, guarded)
             return run
 
         def walk_all(walk):  # every candidate (a sort of U units)
@@ -346,7 +358,7 @@ class RoundsMixin:
         return walk, running0, queued0
 
     def _walk_order(self, key, walk: Walk, state: SimState, params: EnvParams, order, num_models: int, running0,
-                    n_listed, left_out, rest_ask):
+                    n_listed, left_out, rest_ask, guarded=None):
         """The walk of the round decision over ``order`` ([L] unit ids: n_listed candidates in
         priority order, then padding U = J * num_models; unit u is job u // num_models, on
         model u % num_models's nodes only when num_models > 1) -> (walk, settled).
@@ -355,17 +367,22 @@ class RoundsMixin:
         one listed (position q). The walk then takes the turns up to q only, and is
         ``settled`` when after them nothing can change: no listed candidate after q is still
         running and no later candidate, listed or left out (``rest_ask``: the smallest
-        milli-GPU they ask), fits the free GPUs. Without left_out it is the whole walk."""
+        milli-GPU they ask), fits the free GPUs. Without left_out it is the whole walk.
+        ``guarded`` [J] (or None): running jobs never released in thought (the restart guard)."""
         cfg, jobs = self.config, state.jobs
         num_jobs, num_slots = jobs.num_jobs, order.shape[0]
         positions = jnp.arange(num_slots, dtype=jnp.int32)
         is_cand = positions < n_listed
         job_at = order // num_models if num_models > 1 else order  # [L] job ids (padding: J)
         # The positions of the candidates running now, ascending ([k], num_slots pads): only
-        # they can be released in thought (a job placed in this walk comes before the rest).
+        # they can be released in thought (a job placed in this walk comes before the rest),
+        # the guarded ones never.
         k = min(cfg.running_capacity, num_slots)
         running_at = is_cand & running0.at[job_at].get(mode="fill", fill_value=False)
-        run_pos = nonzero_indices(running_at, k, num_slots)
+        releasable_at = running_at
+        if guarded is not None:
+            releasable_at = running_at & ~guarded.at[job_at].get(mode="fill", fill_value=False)
+        run_pos = nonzero_indices(releasable_at, k, num_slots)
         run_ids = job_at.at[run_pos].get(mode="fill", fill_value=num_jobs)  # [k] job ids
         queued_at = is_cand & ~running_at
         last_queued = jnp.where(queued_at.any(), num_slots - 1 - jnp.argmax(queued_at[::-1]), -1)
