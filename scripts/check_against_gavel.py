@@ -16,6 +16,7 @@ policy of the same name:
     fifo                   gavel-fifo
     max_min_fairness       las (at the types' mean speed, as reproduce_gavel.py runs it)
     max_min_fairness_perf  las-perf
+    fifo_perf              fifo-perf
 
 ``--driver generated``: Gavel's ``simulate_scheduler_with_generated_jobs.py`` draws the jobs
 itself (its generator at ``--seed``, the rate and workload given, until the window's jobs
@@ -72,7 +73,8 @@ atexit.register(lambda: open(out, "w").write("\\n".join(lines) + "\\n"))
 runpy.run_path("scripts/drivers/simulate_scheduler_with_generated_jobs.py", run_name="__main__")
 """
 
-POLICIES = {"fifo": "gavel-fifo", "max_min_fairness": "las", "max_min_fairness_perf": "las-perf"}
+POLICIES = {"fifo": "gavel-fifo", "max_min_fairness": "las", "max_min_fairness_perf": "las-perf",
+            "fifo_perf": "fifo-perf"}
 DRIVER = Path("scheduler") / "scripts" / "drivers" / "simulate_scheduler_with_trace.py"
 JCT_LINE = re.compile(r"^Job \(?(\d+)[^:]*: ([0-9.]+)\s*$")
 

@@ -71,8 +71,9 @@ from jaxsched import evaluate, experiment, report
 from jaxsched.devices import configure_cpu
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gavel.toml"
-SCHEDULERS = ("gavel-fifo", "las")  # the default sweep; fifo (strict) and las-perf (Gavel-LAS) on request
-COLOURS = {"gavel-fifo": "tab:blue", "fifo": "tab:purple", "las": "tab:orange", "las-perf": "tab:green"}
+SCHEDULERS = ("gavel-fifo", "las")  # the default sweep; fifo (strict), las-perf (Gavel-LAS), fifo-perf on request
+COLOURS = {"gavel-fifo": "tab:blue", "fifo": "tab:purple", "las": "tab:orange", "las-perf": "tab:green",
+           "fifo-perf": "tab:red"}
 WORKLOADS = ("single", "multi")
 # Gavel's sweep ranges (Figure 8's x axes), jobs per hour.
 RATES = {"single": tuple(np.round(np.arange(0.4, 6.01, 0.4), 2)),
@@ -82,20 +83,23 @@ ROUND_S = 360.0                          # Gavel's time_per_iteration
 # Gavel's printed mean JCT (hours) of jobs 4000-4999, seed 0, from its notebooks
 # (scheduler/notebooks/figures/evaluation/continuous_jobs.ipynb and
 # continuous_jobs_multigpu.ipynb, Gavel's code of 2020, commit 2d8e076), for the policies
-# jaxsched has: FIFO (fifo, base mode: jaxsched's gavel-fifo), LAS (max_min_fairness) and
-# Gavel-LAS (max_min_fairness_perf, jaxsched's las-perf). {(workload, scheduler): {rate: hours}}; a missing rate was not printed.
+# jaxsched has: FIFO (fifo, base mode: jaxsched's gavel-fifo), LAS (max_min_fairness),
+# Gavel-LAS (max_min_fairness_perf, jaxsched's las-perf) and Gavel-FIFO (fifo_perf, jaxsched's fifo-perf). {(workload, scheduler): {rate: hours}}; a missing rate was not printed.
 GAVEL_PRINTED = {
     ("single", "gavel-fifo"): {0.4: 17.58, 2.0: 18.32, 3.2: 22.21, 4.0: 25.38, 4.4: 44.28, 4.8: 99.19, 5.2: 151.67},
     ("single", "las"): {0.4: 23.26, 2.0: 23.47, 3.2: 23.59, 4.0: 23.49, 4.4: 23.81, 4.8: 35.79, 5.2: 63.78,
                         5.6: 95.99},
     ("single", "las-perf"): {0.4: 17.58, 2.0: 16.95, 3.2: 16.08, 4.0: 16.82, 4.4: 17.48, 4.8: 18.97,
                              5.2: 22.02, 5.6: 28.96, 6.0: 41.23},
+    ("single", "fifo-perf"): {0.4: 15.31, 2.0: 15.45, 3.2: 15.95, 4.0: 17.08, 4.4: 18.19, 4.8: 22.24,
+                              5.2: 56.69, 5.6: 104.12, 6.0: 150.04},
     ("multi", "gavel-fifo"): {0.2: 18.56, 1.0: 19.92, 1.6: 30.82, 2.0: 37.56, 2.4: 129.27, 2.6: 304.76, 2.8: 414.68},
     ("multi", "las"): {0.2: 25.93, 1.0: 26.10, 1.6: 26.51, 2.0: 28.91, 2.4: 38.71, 2.6: 70.54, 2.8: 169.93},
     ("multi", "las-perf"): {0.2: 18.55, 1.0: 18.54, 1.6: 19.12, 2.0: 21.90, 2.4: 30.03, 2.6: 36.44, 2.8: 55.78},
+    ("multi", "fifo-perf"): {0.2: 16.91, 1.0: 17.34, 1.6: 20.02, 2.0: 27.68, 2.4: 43.94, 2.6: 93.60, 2.8: 204.44},
 }
 GAVEL_COMMIT = "2d8e076"
-GAVEL_NAMES = {"gavel-fifo": "FIFO", "las": "LAS", "las-perf": "Gavel-LAS"}  # its figures' labels
+GAVEL_NAMES = {"gavel-fifo": "FIFO", "las": "LAS", "las-perf": "Gavel-LAS", "fifo-perf": "Gavel-FIFO"}  # its figures' labels
 Y_MAX_H = 150.0  # the plot's JCT axis, as Figure 8 cuts it off near saturation
 # The gang rules: Gavel's simulator's (configs/gavel.toml) or the physical variant.
 RULES = {"gavel": (), "physical": ('workload.gavel.gang_speed="spread"', "env.gang_one_model=false",
@@ -106,7 +110,7 @@ AGNOSTIC = ("las",)
 # Gavel's allocation resets (its minimum_time_between_allocation_resets, seconds), for the
 # policies that read them (las-perf then solves its LP at resets only).
 RESET_S = 1920.0
-WITH_RESETS = ("gavel-fifo", "las", "las-perf")
+WITH_RESETS = ("gavel-fifo", "las", "las-perf", "fifo-perf")
 GENERATORS = ("gavel", "jaxsched")  # workload.gavel.generator
 # The plot's lines: (rules, generator) -> (line style, alpha, label suffix).
 LINES = {("gavel", "gavel"): ("-", 1.0, ""), ("gavel", "jaxsched"): ("--", 0.6, " (jaxsched's streams)"),
@@ -265,7 +269,7 @@ def main(argv=None) -> int:
                         help="whose draws make the streams: Gavel's own (default; seed 0 is its printed "
                              "run's) or jaxsched's JAX generator (the same distributions)")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS),
-                        help="comma-separated: gavel-fifo,las (default), fifo, las-perf")
+                        help="comma-separated: gavel-fifo,las (default), fifo, las-perf, fifo-perf")
     parser.add_argument("--rates", help="comma-separated jobs/h (default: Gavel's range per workload)")
     parser.add_argument("--seeds", type=int, default=16, help="streams per point, run as one batch")
     parser.add_argument("--extra-jobs", type=int, default=3000,

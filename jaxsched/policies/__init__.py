@@ -29,7 +29,7 @@ from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies import rounds
 from jaxsched.policies.reserving_packing import reserving_packing
-from jaxsched.policies.rounds import gavel_fifo, las, las_gpu, las_perf, priority, srtf, tiresias
+from jaxsched.policies.rounds import fifo_perf, gavel_fifo, las, las_gpu, las_perf, priority, srtf, tiresias
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -156,6 +156,11 @@ REGISTRY = {
                   "round policy, Gavel's FIFO as its code runs: a GPU type per job in arrival order "
                   "(its FIFO's type rule, over-subscription included), the type's jobs time-share it "
                   "by time received, in-round backfilling; a gang on one type, as Gavel's",
+                  turns=None, round_policy=True, env_changes=(("gang_one_model", True),)),
+        Scheduler("fifo-perf", fifo_perf, "best-fit",
+                  "round policy, Gavel's heterogeneity-aware FIFO (Gavel-FIFO, fifo_perf): in arrival order each "
+                  "GPU job gets the GPU type of highest throughput among those with its GPUs free, never "
+                  "over-subscribed; strict FIFO across types; a gang on one type, as Gavel's",
                   turns=None, round_policy=True, env_changes=(("gang_one_model", True),)),
         Scheduler("las-gpu", las_gpu, "best-fit",
                   "round policy, least attained GPU-time first (Tiresias's continuous 2D-LAS); "

@@ -291,23 +291,32 @@ def gavel_fifo(params, state, key, env_params):
     """Gavel's FIFO as its code runs (``fifo``, base mode): each GPU job in the system keeps a
     GPU type from its allocation (``gavel_fifo_allocation``, kept in
     ``segments.policy_model``; made at every round, or with allocation resets at reset rounds
-    only), and each type's jobs share it round by round by Gavel's priority there, allocation
-    over the fraction of time received: priority[j, m] = 1 / (received + round_s / 2) on its
-    type, -inf elsewhere (held until allocated), ``received`` the job's time on its type
-    since the last reset (since its arrival without resets); CPU-only jobs 1 / (that +
-    round_s / 2) on every model. -> (priority [J, M], allocation [J])."""
+    only), and each type's jobs share it round by round by Gavel's priority there
+    (``typed_priority``). -> (priority [J, M], allocation [J])."""
     round_settings = _need(params, "gavel-fifo")
-    jobs, cluster, seg = state.jobs, env_params.cluster, state.segments
+    jobs, cluster = state.jobs, env_params.cluster
     workers, _ = model_table(cluster)
-    alloc = seg.policy_model
 
     def allocate(alloc):  # a job runs on a model that can hold it (Gavel's servers hold any job)
         runs_on = fits_each_model_when_empty(cluster, jobs, round_settings.max_span) & (workers > 0)
         return gavel_fifo_allocation(alloc, active_jobs(state), jobs.num_gpu, runs_on, workers)
+    return typed_priority(state, cluster, round_settings, allocate)
+
+
+def typed_priority(state, cluster, round_settings: RoundSettings, allocate):
+    """The priority of a policy that gives each GPU job one GPU type (Gavel's FIFOs): the
+    allocation ``allocate(previous [J]) -> [J]`` (model ids, -1: none) is made at every round,
+    or with allocation resets at reset rounds only and kept (``segments.policy_model``);
+    priority[j, m] = 1 / (received + round_s / 2) on the job's type, -inf elsewhere (held
+    until allocated), ``received`` the job's time on its type since the last reset (since
+    its arrival without resets); CPU-only jobs 1 / (that + round_s / 2) on every model.
+    -> (priority [J, M], {"policy_model": allocation})."""
+    jobs, seg = state.jobs, state.segments
+    alloc = seg.policy_model
     if round_settings.reset_s > 0:
         alloc = jax.lax.cond(state.core.rounds.reset, allocate, lambda a: a, alloc)
         # A job's time on its type since the last reset (0 at a reset round): its total since,
-        # as a FIFO job runs on its allocated type only.
+        # as a job of these policies runs on its allocated type only.
         received = jnp.where(state.core.rounds.reset, 0.0, attained_now(state)[0] - seg.attained_at_reset_s)
         on_model = jnp.broadcast_to(received[:, None], (jobs.num_jobs, len(MODEL_NAMES)))
     else:
@@ -322,6 +331,60 @@ def gavel_fifo(params, state, key, env_params):
 
 
 gavel_fifo.reads_env_params = True
+
+
+def fifo_perf_allocation(in_system, num_gpu, throughput, workers):
+    """Gavel's FIFO with Gavel (``FIFOPolicyWithPerf``: ``FIFOPolicy`` in perf mode; docs/
+    semantics.md, "Gavel's FIFO with Gavel, read for fifo-perf") -> the allocation [J] int32
+    (a model id per job, -1: none), made afresh. in_system [J] bool, num_gpu [J] int32 (jobs
+    of 0 GPUs are never allocated), throughput [J, M] float32 (0 where the job cannot run),
+    workers [M] int32. avail = workers; the list: models with avail > 0 in Gavel's order
+    (``GAVEL_TYPE_ORDER``). Each GPU job in the system by index, while the list is not empty:
+    the list's models with avail >= its GPUs (none: stop); among them the one of highest
+    throughput (the first in the list's order on ties); if that is > 0 the job gets it,
+    avail drops by its GPUs and a model at 0 leaves the list; else the job waits and the
+    walk goes on."""
+    num_jobs = throughput.shape[0]
+    queue = in_system & (num_gpu > 0)
+    queue_ids = nonzero_indices(queue, num_jobs, num_jobs)
+    n_queue = queue.sum(dtype=jnp.int32)
+    order = jnp.asarray(GAVEL_TYPE_ORDER)
+
+    def going(carry):
+        head, _, _, listed, stop = carry
+        return (head < n_queue) & listed.any() & ~stop
+
+    def allocate(carry):
+        head, alloc, avail, listed, _ = carry
+        h = queue_ids[head]
+        room = listed & (avail >= num_gpu[h])
+        stop = ~room.any()
+        w = order[jnp.argmax(jnp.where(room, throughput[h], -1.0)[order])]  # the best, first in order
+        ok = ~stop & (throughput[h, w] > 0)
+        alloc = alloc.at[h].set(jnp.where(ok, w, -1))
+        avail = avail.at[w].add(jnp.where(ok, -num_gpu[h], 0))
+        listed = listed.at[w].set(listed[w] & ~(ok & (avail[w] == 0)))
+        return head + ~stop, alloc, avail, listed, stop
+
+    init = (jnp.int32(0), jnp.full(num_jobs, -1, jnp.int32), workers, workers > 0, jnp.bool_(False))
+    return jax.lax.while_loop(going, allocate, init)[1]
+
+
+def fifo_perf(params, state, key, env_params):
+    """Gavel's FIFO with Gavel ("Gavel-FIFO", ``fifo_perf``): as ``gavel_fifo``, but the
+    allocation is made afresh (``fifo_perf_allocation``): each GPU job in arrival order gets
+    the GPU type of highest throughput among those with its GPUs free, never over-subscribed.
+    -> (priority [J, M], allocation [J])."""
+    round_settings = _need(params, "fifo-perf")
+    jobs, cluster = state.jobs, env_params.cluster
+    workers, speed = model_table(cluster)
+    runs_on = fits_each_model_when_empty(cluster, jobs, round_settings.max_span) & (workers > 0)
+    throughput = jnp.where(runs_on, speed[:, jobs.job_type].T, 0.0)  # [J, M]
+    allocate = lambda _: fifo_perf_allocation(active_jobs(state), jobs.num_gpu, throughput, workers)  # noqa: E731
+    return typed_priority(state, cluster, round_settings, allocate)
+
+
+fifo_perf.reads_env_params = True
 
 
 def las_gpu(params, state, key):

@@ -212,14 +212,46 @@ def _gavel_fifo_allocate(sim: ReferenceSim, alloc: list) -> list:
     return alloc
 
 
-def _gavel_fifo_priority(sim: ReferenceSim) -> tuple:
-    """gavel-fifo, Gavel's FIFO as its code runs: the allocation (``_gavel_fifo_allocate``; with
-    allocation resets only at a reset round, else the last one) and, per (job, GPU model id),
-    1 / (time received + half a round) on the job's allocated model, -inf elsewhere: the time
-    on the model since arrival, or with resets the time received since the last reset (0 at
-    a reset round); CPU-only jobs the same on every model. -> ([J, M] float32, allocation)."""
+def _fifo_perf_allocate(sim: ReferenceSim) -> list:
+    """Gavel's FIFO with Gavel, perf mode (semantics.md, "Gavel's FIFO with Gavel, read for
+    fifo-perf"): a model id per job (-1: none), made afresh."""
+    workers = _model_workers(sim)
+    speed = [[np.float32(0)] * sim.T for _ in range(len(MODEL_NAMES))]  # the fastest node of each model
+    for n in range(sim.N):
+        if sim.node_valid[n] and sim.gpus_of[n]:
+            speed[sim.gpu_model[n]] = [max(a, b) for a, b in zip(speed[sim.gpu_model[n]], sim.type_speed[n])]
+
+    def throughput(j, m):
+        ok = workers[m] > 0 and _fits_model_when_empty(sim, j, m)
+        return speed[m][sim.jobs[j].job_type] if ok else np.float32(0)
+    alloc = [-1] * sim.J
+    avail = list(workers)
+    listed = [m for _, m in sorted((MODEL_NAMES[m].lower(), m) for m in range(len(MODEL_NAMES)) if avail[m] > 0)]
+    for j in [j for j in sorted(_in_system(sim)) if sim.jobs[j].num_gpu > 0]:
+        if not listed:
+            break
+        size = sim.jobs[j].num_gpu
+        room = [m for m in listed if avail[m] >= size]
+        if not room:
+            break
+        best = max(room, key=lambda m: (throughput(j, m), -room.index(m)))
+        if throughput(j, best) > 0:
+            alloc[j] = best
+            avail[best] -= size
+            if avail[best] == 0:
+                listed.remove(best)
+    return alloc
+
+
+def _gavel_fifo_priority(sim: ReferenceSim, allocate=_gavel_fifo_allocate) -> tuple:
+    """gavel-fifo, Gavel's FIFO as its code runs: the allocation (``allocate``, by default
+    ``_gavel_fifo_allocate``; with allocation resets only at a reset round, else the last one)
+    and, per (job, GPU model id), 1 / (time received + half a round) on the job's allocated
+    model, -inf elsewhere: the time on the model since arrival, or with resets the time
+    received since the last reset (0 at a reset round); CPU-only jobs the same on every model.
+    -> ([J, M] float32, allocation)."""
     resets = sim.config.round_reset_s > 0
-    alloc = _gavel_fifo_allocate(sim, sim.policy_model) if not resets or sim.reset_due else list(sim.policy_model)
+    alloc = allocate(sim, sim.policy_model) if not resets or sim.reset_due else list(sim.policy_model)
     head_start = np.float32(sim.config.round_s / 2)
     priority = np.full((sim.J, len(MODEL_NAMES)), -np.inf, np.float32)
     for j in _in_system(sim):
@@ -278,6 +310,7 @@ ROUND_POLICIES = {
     "las": _las_priority,
     "las-perf": _las_perf_priority,
     "gavel-fifo": _gavel_fifo_priority,
+    "fifo-perf": lambda sim: _gavel_fifo_priority(sim, lambda sim, _: _fifo_perf_allocate(sim)),
     "las-gpu": _las_gpu_priority,
     "tiresias": _tiresias_priority,
     "srtf": _srtf_priority,

@@ -13,7 +13,7 @@ import pytest
 
 from jaxsched import cluster as cl
 from jaxsched import reference
-from jaxsched.policies.rounds import gavel_fifo_allocation, gavel_pick
+from jaxsched.policies.rounds import fifo_perf_allocation, gavel_fifo_allocation, gavel_pick
 from jaxsched.sim import rounds as sim_rounds
 from jaxsched.types import jobs_from_numpy
 from tests.sim import test_preemption as tp
@@ -77,6 +77,28 @@ NODES = cl.NodeTable(names=("v0", "v1", "p0", "k0"),
 # speeds (V100 1.0, P100 0.6).
 HAND_JOBS = jobs_from_numpy(arrival_s=[0, 0, 0, 0, 250], work_s=[1000, 1000, 1000, 50, 30], num_gpu=[1] * 5,
                             gpu_milli=[1000] * 5, cpu_milli=[0] * 5, mem_mib=[0] * 5)
+
+
+def test_fifo_perf_allocation_gives_each_job_its_fastest_type_with_room_by_hand():
+    """fifo-perf (Gavel's FIFO in perf mode), afresh: 2 V100 + 1 P100 + 3 K80, the list
+    [K80, P100, V100]. j0 (1 GPU, fastest on the V100) gets the V100 (1 left). j1 (2 GPUs)
+    has room on the K80s only: K80 (1 left). j2 cannot run on the V100 and is fastest on the
+    K80: K80, now full and off the list. j3 runs as fast everywhere: the first with room in
+    the list's order, the P100 (full, off). j4 runs nowhere (throughput 0): it waits and the
+    walk goes on. j5 (2 GPUs) fits no listed type: the walk stops, and j6 stays unallocated
+    although the V100 has room (strict FIFO). j7 has left the system."""
+    throughput = np.zeros((8, M), np.float32)
+    throughput[0, [V100, P100, K80]] = (3.0, 2.0, 1.0)
+    throughput[1, [V100, P100, K80]] = (3.0, 2.0, 1.0)
+    throughput[2, [P100, K80]] = (2.0, 5.0)
+    throughput[3, [V100, P100, K80]] = 1.0
+    throughput[5:8, [V100, P100, K80]] = 1.0
+    workers = np.zeros(M, np.int32)
+    workers[[V100, P100, K80]] = (2, 1, 3)
+    in_system = np.array([True] * 7 + [False])
+    got = fifo_perf_allocation(jnp.asarray(in_system), jnp.asarray([1, 2, 1, 1, 1, 2, 1, 1], jnp.int32),
+                               jnp.asarray(throughput), jnp.asarray(workers))
+    assert np.asarray(got).tolist() == [V100, K80, K80, P100, -1, -1, -1, -1]
 
 
 def test_an_episode_by_hand_in_both_simulators():

@@ -1,6 +1,6 @@
 """Per-model round priorities and ``las-perf``, Gavel's heterogeneity-aware LAS
 (docs/semantics.md, "Per-model priorities" and "Round policies"): the walk over (job, GPU
-model) pairs by hand in both simulators; ``las-perf`` job by job against the reference on
+model) pairs by hand in both simulators; ``las-perf``, ``gavel-fifo`` and ``fifo-perf`` job by job against the reference on
 clusters whose job types run at different speed-ups by model, gangs on and off; and the
 max-min LP (``jaxsched.max_min_lp``) against what it must give: the water-filled share on one
 model for jobs of one size, at least the agnostic allocation's smallest normalised
@@ -41,8 +41,8 @@ def typed_workloads(draw, sizes):
 
 
 PER_MODEL_CASES = [  # (the per-model round policy, {env settings}, job sizes)
-    pytest.param("las-perf", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 5}, (0, 1, 1, 1, 2, 4, 8),
-                 id="las-perf-slots-5"),
+    extended("las-perf", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 5}, (0, 1, 1, 1, 2, 4, 8),
+             id="las-perf-slots-5"),
     pytest.param("las-perf", {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
                               "max_span": 3}, GANG_SIZES, id="las-perf-gangs-by-size"),
     extended("las-perf", {"round_s": 60.0, "restart_overhead_s": 0.0, "gpu_rule": "first-fit", "warmup_jobs": 3,
@@ -61,6 +61,12 @@ PER_MODEL_CASES = [  # (the per-model round policy, {env settings}, job sizes)
                  id="gavel-fifo-gangs-one-model-resets-early-ends"),
     extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4),
              id="gavel-fifo-slots-4"),
+    # fifo-perf (Gavel-FIFO): its allocation made afresh, kept between resets
+    pytest.param("fifo-perf", {"round_s": 30.0, "restart_overhead_s": 0.0, "max_span": 3, "gang_one_model": True,
+                               "round_reset_s": 75.0, "round_ends_early": True}, GANG_SIZES,
+                 id="fifo-perf-gangs-one-model-resets-early-ends"),
+    extended("fifo-perf", {"round_s": 40.0, "restart_overhead_s": 25.0, "walk_slots": 4}, (0, 1, 1, 1, 2, 4),
+             id="fifo-perf-slots-4"),
     extended("gavel-fifo", {"round_s": 40.0, "restart_overhead_s": 10.0, "round_model_order": ("G2", "P100", "T4"),
                             "walk_slots": 4},
              (0, 1, 1, 1, 2, 4), id="gavel-fifo-model-order"),
