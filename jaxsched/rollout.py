@@ -176,6 +176,33 @@ def _rollout_steps(env, policy, policy_params, env_params, jobs, keys, max_steps
     return state, jax.vmap(env.metrics, in_axes=(0, None))(state, env_params)
 
 
+def turn_loop_start(env, env_params, jobs, keys):
+    """The turn-by-turn loop's start: (cursor [B], step keys [B]) of the reset episodes."""
+    reset_keys, step_keys = jax.vmap(lambda k: jax.random.split(k))(keys).swapaxes(0, 1)
+    state, _ = jax.vmap(env.reset, in_axes=(0, None, 0))(reset_keys, env_params, jobs)
+    return jax.vmap(env.cursor, in_axes=(0, None))(state, env_params), step_keys
+
+
+def turn_loop_body(env, policy, policy_params, env_params, step_keys, max_steps: int, turns: int):
+    """One iteration of the turn-by-turn loop, ``cursor [B] -> cursor [B]`` (``_rollout_turns``;
+    ``scripts/loop_bytes.py`` compiles it alone to count the bytes it moves)."""
+    def decide(key, cur):
+        core = cur.state.core
+        t = core.acc.decisions
+        go = cur.stop & ~core.done & ~env.interrupted(core) & (t < max_steps)
+        k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
+        action = policy(policy_params, env.observe(cur.state, env_params), k_policy)
+        return env.turns(env.act_at(k_env, cur, action, env_params, go), env_params, turns)
+
+    def body(cur):
+        if env.config.interrupts:
+            cur = jax.lax.cond(env.interrupted(cur.state.core).any(),
+                               jax.vmap(env.run_interrupt, in_axes=(0, None)), lambda c, _: c,
+                               cur, env_params)
+        return jax.vmap(decide)(step_keys, cur)
+    return body
+
+
 def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps, turns, count=False):
     """All episodes of the batch run together (vmap), turn by turn, until every one is done.
     count: also return the loop's iterations (scripts/turn_iterations.py).
@@ -185,28 +212,12 @@ def _rollout_turns(env, policy, policy_params, env_params, jobs, keys, max_steps
     ``turns`` masked event turns. Decision t of an episode uses ``fold_in(step_key, t)``,
     as in ``_rollout_steps``, so the episodes are the same.
     """
-    reset_keys, step_keys = jax.vmap(lambda k: jax.random.split(k))(keys).swapaxes(0, 1)
-    state, _ = jax.vmap(env.reset, in_axes=(0, None, 0))(reset_keys, env_params, jobs)
-    cursor = jax.vmap(env.cursor, in_axes=(0, None))(state, env_params)
-
-    def decide(key, cur):
-        core = cur.state.core
-        t = core.acc.decisions
-        go = cur.stop & ~core.done & ~env.interrupted(core) & (t < max_steps)
-        k_policy, k_env = jax.random.split(jax.random.fold_in(key, t))
-        action = policy(policy_params, env.observe(cur.state, env_params), k_policy)
-        return env.turns(env.act_at(k_env, cur, action, env_params, go), env_params, turns)
+    cursor, step_keys = turn_loop_start(env, env_params, jobs, keys)
+    body = turn_loop_body(env, policy, policy_params, env_params, step_keys, max_steps, turns)
 
     def finished(cur):
         core = cur.state.core
         return core.done | (cur.stop & ~env.interrupted(core) & (core.acc.decisions >= max_steps))
-
-    def body(cur):
-        if env.config.interrupts:
-            cur = jax.lax.cond(env.interrupted(cur.state.core).any(),
-                               jax.vmap(env.run_interrupt, in_axes=(0, None)), lambda c, _: c,
-                               cur, env_params)
-        return jax.vmap(decide)(step_keys, cur)
 
     cursor, iterations = jax.lax.while_loop(lambda c: ~finished(c[0]).all(), lambda c: (body(c[0]), c[1] + 1),
                                             (cursor, jnp.int32(0)))
