@@ -128,6 +128,30 @@ def test_a_restart_cost_far_above_the_round_cannot_livelock_las():
     assert done[False][:2] == (0, 200) and done[False][2] < 3 and done[True][0] == 1 and done[True][1] < 100 and done[True][2] == 3
 
 
+def test_the_round_clock_still_advances_where_float32_cannot_add_a_round():
+    """Past 2^24 s float32 holds no step of 1 s (t + 1 == t), so with 1-s rounds the round
+    clock stopped: the engine's event loop turned at one instant for ever (a hang inside one
+    step; the reference decided that instant to the step cap). Now the next round
+    is the next float32 (semantics.md, "The round clock"): a job arriving at 2^24 s with 100 s
+    of work ends at 2^24 + 100 s in both simulators, in about 50 rounds of 2 s."""
+    from tests.sim.test_preemption import jitted_round_rollout, round_env
+    from tests.test_reference_preemption import one_gpu_nodes
+
+    start = float(2**24)
+    jobs = jobs_from_numpy(arrival_s=[start], work_s=[100.0], num_gpu=[1], gpu_milli=[1000], cpu_milli=[0],
+                           mem_mib=[0])
+    cluster = one_gpu_nodes(1)
+    env = round_env({"round_s": 1.0}, tie_break="identity")
+    env = ClusterEnv(policies.get("srtf").env_config(env.config))
+    batch = jax.tree.map(lambda x: np.asarray(x)[None], jobs)
+    state, metrics = jitted_round_rollout(env, "srtf", 500)(to_device(EnvParams(cluster, FRAG_CLASSES)),
+                                                           to_device(batch), jax.random.key(0)[None])
+    ref = reference.run(cluster, jobs, FRAG_CLASSES, reference.RefConfig.like(env.config), round_policy="srtf",
+                        max_steps=500)
+    assert int(metrics["done"][0]) == 1 and float(state.end_s[0, 0]) == start + 100.0
+    assert ref["end_s"][0] == np.float32(start + 100.0) and ref["metrics"]["decisions"] == int(metrics["decisions"][0])
+
+
 def test_a_number_for_restart_overhead_s_is_one_constant_cost_through_set():
     """``--set env.restart_overhead_s=30`` was refused ("expected a list") though the setting
     reads a number as one constant cost."""

@@ -227,7 +227,9 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
 
     alloc [J] int32 the GPU model id each job was allocated (-1: none), in_system [J] bool,
     num_gpu [J] int32 (jobs of 0 GPUs are never allocated), runs_on [J, M] bool the job may
-    run on the model (its mask allows it and the model's nodes hold it), workers [M] int32 the model's GPUs.
+    run on the model (its mask allows it and the model's nodes hold it), or a function of a
+    job index giving its row [M] (read for the jobs the walk reaches only), workers [M] int32
+    the model's GPUs.
     1. Walk the allocated jobs by index with avail = workers: a job still in the system takes
        its GPUs from avail; a finished one hands its model to the head of the queue (the
        unallocated GPU jobs in the system, by index) if the head fits avail there and runs on
@@ -239,7 +241,8 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
        if there is one (else it waits and the walk goes on), avail[w] drops by its GPUs,
        and when avail[w] reaches 0 exactly the i-th model with room leaves the list (not
        necessarily w, which then stays, over-subscribed)."""
-    num_jobs, num_models = runs_on.shape
+    num_jobs, num_models = alloc.shape[0], workers.shape[0]
+    row = runs_on if callable(runs_on) else (lambda h: runs_on[h])  # noqa: E731
     models = jnp.arange(num_models)
     still = (alloc >= 0) & in_system
     used = jnp.where((alloc[:, None] == models) & still[:, None], num_gpu[:, None], 0)  # [J, M]
@@ -255,7 +258,7 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
         c = finished_ids[i]
         m = alloc[c]
         h = jnp.minimum(queue_ids[jnp.minimum(head, num_jobs - 1)], num_jobs - 1)
-        give = (head < n_queue) & (num_gpu[h] <= workers[m] - before[c, m] - handed[m]) & runs_on[h, m]
+        give = (head < n_queue) & (num_gpu[h] <= workers[m] - before[c, m] - handed[m]) & row(h)[m]
         alloc = alloc.at[h].set(jnp.where(give, m, alloc[h])).at[c].set(-1)
         return alloc, handed.at[m].add(jnp.where(give, num_gpu[h], 0)), head + give
 
@@ -276,7 +279,7 @@ def gavel_fifo_allocation(alloc, in_system, num_gpu, runs_on, workers):
         room_in_order = room[order]
         i = gavel_pick(h, jnp.maximum(room.sum(), 1))
         drawn = order[jnp.argmax(room_in_order & (jnp.cumsum(room_in_order) - 1 == i))]
-        its = listed & runs_on[h]
+        its = listed & row(h)
         w = order[jnp.argmax(jnp.where(its[order], rank[order], -1))]  # the list's last model it runs on
         ok = ~stop & its.any()
         alloc = alloc.at[h].set(jnp.where(ok, w, alloc[h]))
@@ -297,8 +300,10 @@ def gavel_fifo(params, state, key, env_params):
     jobs, cluster = state.jobs, env_params.cluster
     workers, _ = model_table(cluster)
 
-    def allocate(alloc):  # a job runs on a model that can hold it (Gavel's servers hold any job)
-        runs_on = fits_each_model_when_empty(cluster, jobs, round_settings.max_span) & (workers > 0)
+    def runs_on(h):  # a job runs on a model that can hold it (Gavel's servers hold any job)
+        return fits_each_model_when_empty(cluster, jobs, round_settings.max_span, h) & (workers > 0)
+
+    def allocate(alloc):
         return gavel_fifo_allocation(alloc, active_jobs(state), jobs.num_gpu, runs_on, workers)
     return typed_priority(state, cluster, round_settings, allocate)
 
@@ -337,14 +342,16 @@ def fifo_perf_allocation(in_system, num_gpu, throughput, workers):
     """Gavel's FIFO with Gavel (``FIFOPolicyWithPerf``: ``FIFOPolicy`` in perf mode; docs/
     semantics.md, "Gavel's FIFO with Gavel, read for fifo-perf") -> the allocation [J] int32
     (a model id per job, -1: none), made afresh. in_system [J] bool, num_gpu [J] int32 (jobs
-    of 0 GPUs are never allocated), throughput [J, M] float32 (0 where the job cannot run),
+    of 0 GPUs are never allocated), throughput [J, M] float32 (0 where the job cannot run; or
+    a function of a job index giving its row [M], read for the jobs the walk reaches only),
     workers [M] int32. avail = workers; the list: models with avail > 0 in Gavel's order
     (``GAVEL_TYPE_ORDER``). Each GPU job in the system by index, while the list is not empty:
     the list's models with avail >= its GPUs (none: stop); among them the one of highest
     throughput (the first in the list's order on ties); if that is > 0 the job gets it,
     avail drops by its GPUs and a model at 0 leaves the list; else the job waits and the
     walk goes on."""
-    num_jobs = throughput.shape[0]
+    num_jobs = in_system.shape[0]
+    row = throughput if callable(throughput) else (lambda h: throughput[h])  # noqa: E731
     queue = in_system & (num_gpu > 0)
     queue_ids = nonzero_indices(queue, num_jobs, num_jobs)
     n_queue = queue.sum(dtype=jnp.int32)
@@ -359,8 +366,9 @@ def fifo_perf_allocation(in_system, num_gpu, throughput, workers):
         h = queue_ids[head]
         room = listed & (avail >= num_gpu[h])
         stop = ~room.any()
-        w = order[jnp.argmax(jnp.where(room, throughput[h], -1.0)[order])]  # the best, first in order
-        ok = ~stop & (throughput[h, w] > 0)
+        speed = row(h)
+        w = order[jnp.argmax(jnp.where(room, speed, -1.0)[order])]  # the best, first in order
+        ok = ~stop & (speed[w] > 0)
         alloc = alloc.at[h].set(jnp.where(ok, w, -1))
         avail = avail.at[w].add(jnp.where(ok, -num_gpu[h], 0))
         listed = listed.at[w].set(listed[w] & ~(ok & (avail[w] == 0)))
@@ -378,8 +386,10 @@ def fifo_perf(params, state, key, env_params):
     round_settings = _need(params, "fifo-perf")
     jobs, cluster = state.jobs, env_params.cluster
     workers, speed = model_table(cluster)
-    runs_on = fits_each_model_when_empty(cluster, jobs, round_settings.max_span) & (workers > 0)
-    throughput = jnp.where(runs_on, speed[:, jobs.job_type].T, 0.0)  # [J, M]
+
+    def throughput(h):  # [M]: 0 on a model whose nodes cannot hold the job
+        runs_on = fits_each_model_when_empty(cluster, jobs, round_settings.max_span, h) & (workers > 0)
+        return jnp.where(runs_on, speed[:, jobs.job_type[h]], 0.0)
     allocate = lambda _: fifo_perf_allocation(active_jobs(state), jobs.num_gpu, throughput, workers)  # noqa: E731
     return typed_priority(state, cluster, round_settings, allocate)
 

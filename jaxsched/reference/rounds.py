@@ -10,6 +10,12 @@ from jaxsched.cluster import MODEL_NAMES
 from jaxsched.types import GPU_MILLI
 
 
+def round_after(t, round_s: float) -> np.float32:
+    """float32(t + round_s), or the next float32 after t where that is t itself (past 2^24 s
+    with 1-s rounds: float32 time no longer holds a round; semantics.md, "The round clock")."""
+    return max(np.float32(np.float32(t) + np.float32(round_s)), np.nextafter(np.float32(t), np.float32(np.inf)))
+
+
 class RoundsMixin:
     """ReferenceSim's methods for running segments, rounds and preemption; they read
     and write its state."""
@@ -140,7 +146,7 @@ class RoundsMixin:
     def _round_end(self) -> np.float32:
         """round_ends_early: the round starting now ends when its last running job does, at
         most round_s on; with no job running, at the next arrival (round_s on if none)."""
-        full = np.float32(self.time_s + np.float32(self.config.round_s))
+        full = round_after(self.time_s, self.config.round_s)
         if self.running:
             return min(full, max(end for end, _ in self.running))
         if self.next_arrival < self.J_valid:

@@ -16,7 +16,7 @@ from jaxsched.reference.gangs import GangsMixin
 from jaxsched.reference.heuristics import _fgd_score
 from jaxsched.reference.metrics import MetricsMixin
 from jaxsched.reference.resources import _Job, _job_fits
-from jaxsched.reference.rounds import RoundsMixin
+from jaxsched.reference.rounds import RoundsMixin, round_after
 from jaxsched.types import GPU_MILLI, OUTCOME_NONE, OUTCOME_PLACED, OUTCOME_REJECTED
 
 
@@ -485,7 +485,7 @@ class ReferenceSim(GangsMixin, RoundsMixin, MetricsMixin):
                 self.jobs_changed = True
             elif self._rounds():
                 self.round_due = True  # decided at the boundary, by step_round
-                self.next_round_s = np.float32(self.next_round_s + np.float32(self.config.round_s))
+                self.next_round_s = round_after(self.next_round_s, self.config.round_s)
                 since = np.float32(np.float32(self.time_s) - self.last_reset_s)
                 if self.config.round_reset_s > 0 and self.jobs_changed and since >= np.float32(self.config.round_reset_s):
                     self.reset_due, self.jobs_changed = True, False

@@ -19,6 +19,12 @@ from jaxsched.sim.when_due import when_due
 from jaxsched.types import Core, EnvParams, Jobs, SimState
 
 
+def round_after(t, round_s: float):
+    """float32(t + round_s), or the next float32 after t where that is t itself (past 2^24 s
+    with 1-s rounds: float32 time no longer holds a round; docs/semantics.md, "The round clock")."""
+    return jnp.maximum(t + jnp.float32(round_s), jnp.nextafter(t, INF))
+
+
 class EventsMixin:
     """``ClusterEnv``'s event loop and clock methods (reads ``self.config``; no fields of its own)."""
 
@@ -115,7 +121,7 @@ class EventsMixin:
         """``round_ends_early``: when the round that starts now ends, Gavel's way: when the
         last job running in it finishes, at most ``round_s`` on; with no job running, at the
         next arrival (or ``round_s`` on, when none is left)."""
-        full = core.time_s + jnp.float32(self.config.round_s)
+        full = round_after(core.time_s, self.config.round_s)
         latest = jnp.where(core.run_job >= 0, core.run_end_s, -INF).max()
         arrival = self._next_arrival_time(core, jobs)
         return jnp.where(core.num_running > 0, jnp.minimum(full, latest), jnp.where(arrival < INF, arrival, full))
@@ -151,7 +157,7 @@ class EventsMixin:
             clock = core.rounds
             core = core.replace(rounds=clock.replace(
                 due=clock.due | due,
-                next_round_s=jnp.where(due, clock.next_round_s + jnp.float32(self.config.round_s),
+                next_round_s=jnp.where(due, round_after(clock.next_round_s, self.config.round_s),
                                        clock.next_round_s)))
             if self.config.resets:
                 core = core.replace(rounds=self._reset_clock(core.rounds, core.time_s, due, completion | arrival))

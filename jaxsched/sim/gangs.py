@@ -140,13 +140,16 @@ def anchor_fits_one_model(cluster: Cluster, cap, num_gpu, span: int):
     return (ok & on).any(-2)
 
 
-def fits_each_model_when_empty(cluster: Cluster, jobs: Jobs, span: int):
+def fits_each_model_when_empty(cluster: Cluster, jobs: Jobs, span: int, j=None):
     """[J, M] bool (M = every model id): the job fits the empty cluster on nodes of model m
-    alone (``fits_when_empty`` with the gang held to its anchor's model, at m's nodes)."""
-    ok = fits_when_empty(cluster, jobs.num_gpu, jobs.gpu_milli, jobs.cpu_milli, jobs.mem_mib, jobs.model_mask,
-                         span, one_model=True)  # [J, N]
+    alone (``fits_when_empty`` with the gang held to its anchor's model, at m's nodes); or
+    [M] for job ``j`` alone (a round policy that reads one job's row at a time: J rows cost
+    J x M x N every call)."""
+    pick = (lambda x: x) if j is None else (lambda x: x[j])  # noqa: E731
+    ok = fits_when_empty(cluster, pick(jobs.num_gpu), pick(jobs.gpu_milli), pick(jobs.cpu_milli),
+                         pick(jobs.mem_mib), pick(jobs.model_mask), span, one_model=True)  # [..., N]
     on = cluster.gpu_model[None, :] == jnp.arange(len(MODEL_NAMES))[:, None]  # [M, N]
-    return (ok[:, None, :] & on).any(-1)
+    return (ok[..., None, :] & on).any(-1)
 
 
 def same_model_caps(cluster: Cluster, cap, anchor):
