@@ -185,7 +185,7 @@ def jitted_schedule(env, turns, chunk=-1):
     return jax.jit(lambda p, j, k, cap: rollout(env, random_any, None, p, j, k, cap, chunk, turns))
 
 
-@pytest.mark.parametrize("case", ["dynamic", "gangs", extended("static"), extended("strict-sjf-small"),
+@pytest.mark.parametrize("case", ["dynamic", extended("gangs"), extended("static"), extended("strict-sjf-small"),
                                   extended("interrupts")])
 @settings(max_examples=max(3, EXAMPLES // 5), deadline=None)
 @given(cluster=clusters(), seed=st.integers(0, 2**31 - 1), data=st.data())
