@@ -100,11 +100,7 @@ def _las_perf_priority(sim: ReferenceSim) -> np.ndarray:
     (priority, {"policy_share": x})."""
     num_models = len(MODEL_NAMES)
     workers = _model_workers(sim)
-    speed = [[np.float32(0)] * sim.T for _ in range(num_models)]
-    for n in range(sim.N):
-        if sim.node_valid[n] and sim.gpus_of[n]:
-            m = sim.gpu_model[n]
-            speed[m] = [max(a, b) for a, b in zip(speed[m], sim.type_speed[n])]
+    speed = _model_speeds(sim)
     in_system = _in_system(sim)
     gpu_jobs = [j for j in in_system if sim.jobs[j].num_gpu > 0]
     share = np.ones(sim.J, np.float32)
@@ -150,6 +146,16 @@ def _model_workers(sim: ReferenceSim) -> list:
         if sim.node_valid[n]:
             workers[sim.gpu_model[n]] += len(sim.gpus_of[n])
     return workers
+
+
+def _model_speeds(sim: ReferenceSim) -> list:
+    """Per GPU model id, the speed of each job type on the model's fastest node (0: no GPU)."""
+    speed = [[np.float32(0)] * sim.T for _ in range(len(MODEL_NAMES))]
+    for n in range(sim.N):
+        if sim.node_valid[n] and sim.gpus_of[n]:
+            m = sim.gpu_model[n]
+            speed[m] = [max(a, b) for a, b in zip(speed[m], sim.type_speed[n])]
+    return speed
 
 
 def _gavel_draw(job: int, count: int) -> int:
@@ -216,10 +222,7 @@ def _fifo_perf_allocate(sim: ReferenceSim) -> list:
     """Gavel's FIFO with Gavel, perf mode (semantics.md, "Gavel's FIFO with Gavel, read for
     fifo-perf"): a model id per job (-1: none), made afresh."""
     workers = _model_workers(sim)
-    speed = [[np.float32(0)] * sim.T for _ in range(len(MODEL_NAMES))]  # the fastest node of each model
-    for n in range(sim.N):
-        if sim.node_valid[n] and sim.gpus_of[n]:
-            speed[sim.gpu_model[n]] = [max(a, b) for a, b in zip(speed[sim.gpu_model[n]], sim.type_speed[n])]
+    speed = _model_speeds(sim)
 
     def throughput(j, m):
         ok = workers[m] > 0 and _fits_model_when_empty(sim, j, m)
@@ -234,8 +237,9 @@ def _fifo_perf_allocate(sim: ReferenceSim) -> list:
         room = [m for m in listed if avail[m] >= size]
         if not room:
             break
-        best = max(room, key=lambda m: (throughput(j, m), -room.index(m)))
-        if throughput(j, best) > 0:
+        speeds = [throughput(j, m) for m in room]
+        best = room[max(range(len(room)), key=lambda i: (speeds[i], -i))]  # the fastest, first on ties
+        if max(speeds) > 0:
             alloc[j] = best
             avail[best] -= size
             if avail[best] == 0:
