@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxsched.sim import metrics, resources
+from jaxsched.sim import metrics, resources, shift
 from jaxsched.sim.config import INF
 from jaxsched.sim.when_due import when_due
 from jaxsched.types import Core, EnvParams, Jobs, SimState
@@ -254,7 +254,7 @@ class EventsMixin:
         logical = (jnp.arange(r) - core.run_head) % r  # position in end-time order
         pos = ((logical < core.num_running) & (core.run_end_s <= end)).sum()
         put = lambda arr, x: jnp.where(  # noqa: E731
-            active, jnp.where(logical < pos, arr, jnp.where(logical == pos, x, jnp.roll(arr, 1))), arr)
+            active & (logical >= pos), jnp.where(logical == pos, x, shift.ring_prev(arr)), arr)
         return core.replace(run_job=put(core.run_job, j), run_end_s=put(core.run_end_s, end),
                             num_running=core.num_running + active)
 
@@ -266,7 +266,7 @@ class EventsMixin:
         last = logical == core.num_running - 1
         take = lambda arr, empty: jnp.where(  # noqa: E731
             active & (logical >= at) & (logical < core.num_running),
-            jnp.where(last, empty, jnp.roll(arr, -1)), arr)
+            jnp.where(last, empty, shift.ring_next(arr)), arr)
         return core.replace(run_job=take(core.run_job, -1), run_end_s=take(core.run_end_s, INF),
                             num_running=core.num_running - active)
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxsched.sim import resources
 from jaxsched.sim.config import INF
+from jaxsched.sim.shift import shift_down, shift_up
 from jaxsched.sim.when_due import when_due
 from jaxsched.types import Core, Jobs
 
@@ -26,18 +27,6 @@ def _put(arr, i, x, active):
     fuses a select into the update and copies the whole array at every event."""
     i = jnp.clip(i, 0, arr.shape[0] - 1)
     return arr.at[i].set(jnp.where(active, x, arr[i]))
-
-
-def _shift_down(arr, lo, hi, fill):
-    """[Q] ``arr`` with entries lo+1 .. hi-1 moved to lo .. hi-2 and entry hi-1 set to
-    ``fill`` (nothing when hi <= lo): O(hi - lo), so a short queue costs little whatever Q."""
-    arr = jax.lax.fori_loop(lo, hi - 1, lambda i, a: a.at[i].set(a[i + 1]), arr)
-    return _put(arr, hi - 1, fill, hi > lo)
-
-
-def _shift_up(arr, lo, hi):
-    """[Q] ``arr`` with entries lo .. hi-1 moved to lo+1 .. hi (hi < Q): O(hi - lo)."""
-    return jax.lax.fori_loop(0, hi - lo, lambda n, a: a.at[hi - n].set(a[hi - n - 1]), arr)
 
 
 class WindowMixin:
@@ -140,7 +129,7 @@ class WindowMixin:
         pos = slot if self.config.static else core.win_pos[slot]
         live = jnp.arange(self.config.window) < core.win_len
         end = jnp.where(active, core.queue_len, pos)  # the jobs behind pos move one ahead
-        queue, key = _shift_down(core.queue, pos, end, -1), _shift_down(core.queue_key, pos, end, INF)
+        queue, key = shift_down(core.queue, pos, end, -1), shift_down(core.queue_key, pos, end, INF)
         core = core.replace(
             queue=queue, queue_key=key,
             queue_len=core.queue_len - active,
@@ -163,7 +152,7 @@ class WindowMixin:
                                 queue_len=core.queue_len + active)
         else:
             end = jnp.where(active, core.queue_len, pos)  # the jobs from pos on move one back
-            put = lambda arr, x: _put(_shift_up(arr, pos, end), pos, x, active)  # noqa: E731
+            put = lambda arr, x: _put(shift_up(arr, pos, end), pos, x, active)  # noqa: E731
             core = core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
                                 queue_len=core.queue_len + active)
             live = jnp.arange(k) < core.win_len
