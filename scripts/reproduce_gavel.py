@@ -307,6 +307,10 @@ def main(argv=None) -> int:
                                             generator=args.generator, **window)
                 row = summarize(frame, time.perf_counter() - t0)
                 table = pd.concat([table, pd.DataFrame([row])], ignore_index=True)
+                if len(per_seed):  # a point rerun (its row deleted from table.csv): its old seeds go
+                    per_seed = per_seed[~((per_seed.rules == args.rules) & (per_seed.generator == args.generator)
+                                          & (per_seed.workload == workload) & (per_seed.scheduler == sched)
+                                          & (per_seed.rate_per_h.astype(float).round(2) == round(rate, 2)))]
                 per_seed = pd.concat([per_seed, frame], ignore_index=True)
                 table.to_csv(table_path, index=False)   # after every point: resumable
                 per_seed.to_csv(seeds_path, index=False)
