@@ -1,12 +1,14 @@
-"""Moving a run of an array's entries one place along: the queue's removals and sorted inserts.
+"""Moving a run of an array's entries one place along: the queue's removals and sorted inserts,
+and the running set's ring read one place along (its inserts and removals).
 
 One episode alone (an unbatched trace, as XLA:CPU runs each episode's loop, devices.py) moves
 only the run, a loop of single writes: O(hi - lo). Under ``jax.vmap`` that loop would run as
 long as the batch's longest run, and ``while_loop``'s batching rule selects every episode's
 whole array at each iteration (a [B, Q] select per entry moved). Batched, a shift is instead
 one masked pass over the array (``custom_vmap``, as ``when_due``): one kernel that reads and
-writes the array once, whatever the run's length (results/gpu/loop_bytes.md). Both give the
-same array.
+writes the array once, whatever the run's length (results/gpu/loop_bytes.md). The ring's reads
+are ``jnp.roll`` alone and a pad of a slice batched, which XLA:CPU fuses into the select that
+uses it. Each pair gives the same array.
 """
 
 from __future__ import annotations
