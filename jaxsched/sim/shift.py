@@ -1,5 +1,6 @@
 """Moving a run of an array's entries one place along: the queue's removals and sorted inserts,
-and the running set's ring read one place along (its inserts and removals).
+and the running set's ring read one place along (its inserts and removals); ``put``, the masked
+one-entry write they and the queue's appends use.
 
 One episode alone (an unbatched trace, as XLA:CPU runs each episode's loop, devices.py) moves
 only the run, a loop of single writes: O(hi - lo). Under ``jax.vmap`` that loop would run as
@@ -53,13 +54,20 @@ def _ring(step: int):
 ring_next, ring_prev = _ring(1), _ring(-1)
 
 
+def put(arr, i, x, active):
+    """``arr`` with entry i set to x when ``active`` (i clipped into range). A plain dynamic
+    update of one entry, so XLA updates the array in place: ``.at[i].set(x, mode="drop")``
+    fuses a select into the update and copies the whole array at every event."""
+    i = jnp.clip(i, 0, arr.shape[0] - 1)
+    return arr.at[i].set(jnp.where(active, x, arr[i]))
+
+
 @custom_vmap
 def shift_down(arr, lo, hi, fill):
     """[Q] ``arr`` with entries lo+1 .. hi-1 moved to lo .. hi-2 and entry hi-1 set to
     ``fill`` (nothing when hi <= lo; 0 <= lo, hi <= Q)."""
     arr = jax.lax.fori_loop(lo, hi - 1, lambda i, a: a.at[i].set(a[i + 1]), arr)
-    last = jnp.clip(hi - 1, 0, arr.shape[0] - 1)
-    return arr.at[last].set(jnp.where(hi > lo, fill, arr[last]))
+    return put(arr, hi - 1, fill, hi > lo)
 
 
 @shift_down.def_vmap

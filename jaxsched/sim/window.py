@@ -14,19 +14,11 @@ import numpy as np
 
 from jaxsched.sim import resources
 from jaxsched.sim.config import INF
-from jaxsched.sim.shift import shift_down, shift_up
+from jaxsched.sim.shift import put, shift_down, shift_up
 from jaxsched.sim.when_due import when_due
 from jaxsched.types import Core, Jobs
 
 WINDOW_FIELDS = ("win_job", "win_pos", "win_len", "scan_pos", "window_fit")  # what the window loops change
-
-
-def _put(arr, i, x, active):
-    """``arr`` with entry i set to x when ``active`` (i clipped into range). A plain dynamic
-    update of one entry, so XLA updates the array in place: ``.at[i].set(x, mode="drop")``
-    fuses a select into the update and copies the whole array at every event."""
-    i = jnp.clip(i, 0, arr.shape[0] - 1)
-    return arr.at[i].set(jnp.where(active, x, arr[i]))
 
 
 class WindowMixin:
@@ -147,13 +139,13 @@ class WindowMixin:
         k = self.config.window
         pos = self._queue_position(core, key)
         if self.config.queue_order == "fifo":
-            core = core.replace(queue=_put(core.queue, pos, j, active),
-                                queue_key=_put(core.queue_key, pos, key, active),
+            core = core.replace(queue=put(core.queue, pos, j, active),
+                                queue_key=put(core.queue_key, pos, key, active),
                                 queue_len=core.queue_len + active)
         else:
             end = jnp.where(active, core.queue_len, pos)  # the jobs from pos on move one back
-            put = lambda arr, x: _put(shift_up(arr, pos, end), pos, x, active)  # noqa: E731
-            core = core.replace(queue=put(core.queue, j), queue_key=put(core.queue_key, key),
+            insert = lambda arr, x: put(shift_up(arr, pos, end), pos, x, active)  # noqa: E731
+            core = core.replace(queue=insert(core.queue, j), queue_key=insert(core.queue_key, key),
                                 queue_len=core.queue_len + active)
             live = jnp.arange(k) < core.win_len
             core = core.replace(win_pos=jnp.where(active & live & (core.win_pos >= pos),
