@@ -249,6 +249,9 @@ class RoundClock:
                               -inf before the first; docs/semantics.md, "Allocation resets")
     changed      []  bool     a job arrived or finished since the last reset
     reset        []  bool     the due round is a reset
+    settled_until [] float32  ``EnvConfig.skip_settled_rounds``: the rounds due before this time
+                              are dropped (the last decided round changed nothing, and no
+                              arrival or completion since); -inf: none is
     """
 
     next_round_s: jax.Array
@@ -256,6 +259,7 @@ class RoundClock:
     last_reset_s: jax.Array
     changed: jax.Array
     reset: jax.Array
+    settled_until: jax.Array
 
 
 @struct.dataclass

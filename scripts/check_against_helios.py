@@ -13,6 +13,20 @@ places by GPUs only. The policies map to jaxsched's schedulers as:
     Helios policy   jaxsched scheduler   queue order
     fifo            fifo-strict          submission time (ties: trace order)
     sjf             sjf-strict           duration (ties: submission order)
+    srtf            srtf                 work left, preemptive, every 1-s tick
+
+Helios's SRTF (``policies/srtf.py``) decides every tick: it sorts the queued and running jobs
+by their work left (``remain``) and takes them in that order while their GPUs fit the VC's
+total (a count, not a placement), preempts the running jobs not taken (adding a checkpoint
+cost to their work left: 7 s for 1 GPU, 30 s for up to 8, 60 s above) and places the queued
+ones taken, skipping those its placer cannot place. jaxsched runs ``srtf`` with rounds of 1
+s and the same costs as restart costs (``env.restart_overhead_s`` 7/30/60 above 1 and 8
+GPUs), unguarded (``env.restart_guard = false``: Helios may preempt a job in its checkpoint
+cost). The rules are not all the same, so the schedules are close, not identical: jaxsched's
+round places a queued job first-fit, releasing (in thought) lower jobs until it fits, where
+Helios selects by the GPU count and places after; Helios ends a segment one tick after its
+work left reaches 0; and it counts a preempted job's cost in its work left when it ranks
+it, where jaxsched's ``srtf`` reads the work alone.
 
 jaxsched replays the VC from ``configs/philly.toml`` (``workload.source = "philly"``) set to
 Helios's rules: the whole VC in one episode (``workload.window_jobs`` = its job count), run
@@ -84,7 +98,10 @@ from jaxsched import evaluate, experiment, paths
 from jaxsched.devices import configure_cpu
 from jaxsched.workload import philly
 
-POLICIES = {"fifo": "fifo-strict", "sjf": "sjf-strict"}
+POLICIES = {"fifo": "fifo-strict", "sjf": "sjf-strict", "srtf": "srtf"}
+# Helios's SRTF: 1-s ticks, its checkpoint costs by GPU count (Policy.ckpt_overhead), unguarded
+HELIOS_SRTF = ["env.round_s=1.0", "env.restart_overhead_s=[7.0, 30.0, 60.0]", "env.restart_above_gpus=[1, 8]",
+               "env.restart_guard=false"]
 HELIOS_DIR = Path("framework") / "QSSF Service"
 HELIOS_START = pd.Timestamp("2017-10-01 00:00:00")  # utils.trace_philly_process's ``start``
 GPUS_PER_NODE = 8  # Helios's consolidate placer handles 8-GPU nodes only
@@ -196,7 +213,7 @@ def jaxsched_config(trace: str, vc: str, scheduler: str, replay: str, load: floa
         # the default cap (3 x jobs + 100) may be needed to finish the episode
         f"eval.max_steps={10 * num_jobs + 100}",
         # Helios's queue is unbounded: jaxsched's must hold every job (an arrival past it is dropped)
-        f"env.queue_capacity={num_jobs}"])
+        f"env.queue_capacity={num_jobs}", *(HELIOS_SRTF if scheduler == "srtf" else [])])
 
 
 def main(argv=None) -> int:

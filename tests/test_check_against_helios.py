@@ -122,3 +122,16 @@ def test_first_b436b2_jobs_keep_their_trace_gaps():
     assert rows.submit_time.tolist() == ["2017-10-01 00:00:00", "2017-10-01 19:27:04", "2017-10-02 13:34:56"]
     assert rows.duration.tolist() == [1164546, 763839, 1127338]
     assert rows.gpu_num.tolist() == [4, 8, 4]
+
+
+def test_srtf_runs_with_helios_ticks_and_checkpoint_costs():
+    """Helios's SRTF maps to ``srtf`` in 1-s rounds, unguarded, whose restart cost is Helios's
+    checkpoint cost (``Policy.ckpt_overhead``): 7 s for 1 GPU, 30 s for 2-8, 60 s above."""
+    from jaxsched.sim import ClusterEnv
+
+    config = script.jaxsched_config("philly.csv", "6214e9", script.POLICIES["srtf"], "native", 0.7, 100, 8)
+    assert config.env.round_s == 1.0 and config.env.restart_guard is False
+    costs = ClusterEnv(config.env).restart_cost_s(np.array([1, 2, 8, 9, 24]))
+    np.testing.assert_array_equal(np.asarray(costs), [7.0, 30.0, 30.0, 60.0, 60.0])
+    fifo = script.jaxsched_config("philly.csv", "6214e9", script.POLICIES["fifo"], "native", 0.7, 100, 8)
+    assert fifo.env.round_s == 0.0

@@ -70,7 +70,15 @@ class Scheduler:
             changes["resched_interval_s"] = DRR_RESCHED_INTERVAL_S
         changes["round_s"] = (config.round_s or ROUND_S) if self.round_policy else 0.0
         changes["round_reset_s"] = config.round_reset_s if self.round_policy else 0.0
+        if config.skip_settled_rounds and not self.settles:
+            raise ValueError(f"env.skip_settled_rounds: scheduler {self.name!r} cannot skip rounds (its order moves "
+                             f"between events); only {sorted(n for n, s in REGISTRY.items() if s.settles)} can")
         return dataclasses.replace(config, **changes)
+
+    @property
+    def settles(self) -> bool:
+        """Its round order moves only at events (``EnvConfig.skip_settled_rounds``)."""
+        return dict(self.env_changes).get("skip_settled_rounds", False)
 
     def bound_policy(self, config):
         """The policy to run in the env of ``env_config(config)``: a round policy with its
@@ -170,10 +178,11 @@ REGISTRY = {
                   "starved jobs promoted; preempts, first-fit", turns=None, round_policy=True),
         Scheduler("srtf", srtf, "best-fit",
                   "round policy, shortest remaining time first (oracle sizes); preempts, first-fit",
-                  turns=None, round_policy=True),
+                  turns=None, round_policy=True, env_changes=(("skip_settled_rounds", True),)),
         Scheduler("priority", priority, "best-fit",
                   "round policy, priority classes (openb's qos): a higher class preempts lower ones, "
-                  "running first and FIFO in a class; first-fit", turns=None, round_policy=True),
+                  "running first and FIFO in a class; first-fit", turns=None, round_policy=True,
+                  env_changes=(("skip_settled_rounds", True),)),
     )
 }
 

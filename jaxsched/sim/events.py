@@ -105,15 +105,30 @@ class EventsMixin:
         keep their nodes; with ``round_ends_early`` the next round moves to where this one
         ends), and a due round is the decision point; else the end when no event is left
         (docs/semantics.md, "The round clock")."""
+        cfg = self.config
         nothing_waits = (core.queue_len == 0) & ~core.rounds.reset  # (a reset is always decided)
-        dropped = core.rounds.due & boundary & nothing_waits
+        # skip_settled_rounds: settled until a job comes or goes or the settlement ends (never
+        # past the last event: then rounds are decided, as they would be, until max_steps).
+        job_event_s = jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs))
+        until = core.rounds.settled_until
+        settled = (core.time_s < until) & (jnp.minimum(job_event_s, until) < INF) & ~core.rounds.reset
+        dropped = core.rounds.due & boundary & (nothing_waits | settled)
         due = core.rounds.due & ~dropped
         decision = boundary & due
         measured_left = (core.next_arrival > core.measure_last) & (core.measure_open == 0)
         finished = boundary & (((t_next == INF) & ~decision) | measured_left)
         clock = core.rounds.replace(due=due)
-        if self.config.round_ends_early:
+        if cfg.round_ends_early:
             clock = clock.replace(next_round_s=jnp.where(dropped, self._round_end(core, jobs), clock.next_round_s))
+        elif not cfg.resets:
+            # The rounds before the next completion or arrival (and, when only settled, before
+            # the settlement ends) would each be dropped in turn: the clock steps past them at
+            # once, by the same float32 steps. (With resets a round event may start a reset:
+            # one by one. The time integrals then add one piece for the many.)
+            horizon = jnp.minimum(job_event_s, jnp.where(nothing_waits, INF, until))
+            horizon = jnp.where(dropped & (horizon < INF), horizon, -INF)
+            clock = clock.replace(next_round_s=jax.lax.while_loop(
+                lambda t: t < horizon, lambda t: round_after(t, cfg.round_s), clock.next_round_s))
         core = core.replace(done=core.done | finished, rounds=clock)
         return core, decision | finished
 
@@ -161,6 +176,9 @@ class EventsMixin:
                                        clock.next_round_s)))
             if self.config.resets:
                 core = core.replace(rounds=self._reset_clock(core.rounds, core.time_s, due, completion | arrival))
+            if self.config.skip_settled_rounds:  # a job came or went: the next round is decided
+                core = core.replace(rounds=core.rounds.replace(settled_until=jnp.where(
+                    completion | arrival, -INF, core.rounds.settled_until)))
             return self._check_stop(state, core, params)
         core, stop = self._check_stop(state, core.replace(resched_due=core.resched_due | due), params)
         return core, stop | due

@@ -148,7 +148,8 @@ class RoundsMixin:
     def _round_clock(self, t0) -> RoundClock:
         """The round clock at reset: the first round at t0."""
         return RoundClock(next_round_s=jnp.asarray(t0, jnp.float32), due=jnp.bool_(False),
-                          last_reset_s=-INF, changed=jnp.bool_(False), reset=jnp.bool_(False))
+                          last_reset_s=-INF, changed=jnp.bool_(False), reset=jnp.bool_(False),
+                          settled_until=-INF)
 
     def _no_segments(self, jobs: Jobs) -> Segments:
         """Segments at reset: nothing run, all work left."""
@@ -606,6 +607,25 @@ class RoundsMixin:
             ok = ok & (~used | (gpus_ok & (walk.free_cpu[i] >= cpu) & (walk.free_mem[i] >= mem)))
         return ok
 
+    def _settled_until(self, state: SimState, walk: Walk):
+        """``skip_settled_rounds``: until when the rounds after this one would change nothing
+        -> float32 []: -inf when this one placed or preempted a job; else the first time after
+        now that a running job's restart cost ends (its priority may step there: its work
+        left is read from its clock from then on) or, with the restart guard, its guard
+        does (it may then be released in thought); +inf when neither comes. Arrivals and
+        completions end it too (``_dynamic_turn``). Why nothing can change before: every
+        queued job failed its turn, with every running job after it given back; until then
+        no queued job's priority moves and no running job's falls, so each turn of a later
+        round has at most the running jobs after it of this round to give back, on the
+        same free nodes, and fails again (docs/performance.md, "Settled rounds")."""
+        seg, t = state.segments, state.core.time_s
+        ends = [seg.run_from_s]
+        if self._guarded(state, walk.running) is not None:  # (the guard's end, as ``_guarded``)
+            ends.append(seg.run_from_s + self._segment_cost_s(state))
+        later = jnp.stack([jnp.where(walk.running & (e > t), e, INF) for e in ends]).min()
+        changed = walk.started.any() | walk.preempted.any()
+        return jnp.where(changed, -INF, later)
+
     def _apply_round(self, state: SimState, params: EnvParams, walk: Walk, running0, queued0) -> SimState:
         """Write the walk back: changed nodes through ``_set_node``, the running ring and the
         queue rebuilt, segments closed (preempted) and begun (started), the records."""
@@ -681,6 +701,8 @@ class RoundsMixin:
         )
         if cfg.round_ends_early:  # the round ends when its last running job does (at most round_s)
             core = core.replace(rounds=core.rounds.replace(next_round_s=self._round_end(core, jobs)))
+        if cfg.skip_settled_rounds:
+            core = core.replace(rounds=core.rounds.replace(settled_until=self._settled_until(state, walk)))
         return state.replace(
             core=core,
             outcome=jnp.where(started, OUTCOME_PLACED, state.outcome),

@@ -108,6 +108,69 @@ def test_round_episodes_match_reference(names, settings, gang_sizes, cluster, da
         assert_same_rounds(state, metrics, ref_out)
 
 
+SETTLED_CASES = [  # (round policy settings with skip_settled_rounds, gang workloads)
+    pytest.param({"round_s": 7.0, "running_capacity": 3}, False, id="short-rounds-running-cap"),
+    pytest.param({"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,), "max_span": 3,
+                  "walk_slots": 4, "gang_one_model": True}, True, id="costs-gangs-one-model"),
+    extended({"round_s": 10.0, "restart_overhead_s": 40.0, "max_span": 3, "gang_rule": "helios",
+              "restart_guard": False}, True, id="helios-gangs-unguarded"),
+    extended({"round_s": 25.0, "restart_overhead_s": 15.0, "max_span": 3, "round_ends_early": True,
+              "round_reset_s": 55.0, "warmup_jobs": 3, "measured_jobs": 8}, True, id="early-ends-resets-measure"),
+]
+
+
+@pytest.mark.parametrize("settings, gang_sizes", SETTLED_CASES)
+@hyp.settings(max_examples=EXAMPLES, deadline=None)
+@given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_settled_rounds_skipped_give_the_reference_schedules(settings, gang_sizes, cluster, data, seed):
+    """srtf and priority with ``skip_settled_rounds`` (their registry's setting) against the
+    reference, which decides every round: the same jobs, segments and metrics, in as many
+    decided rounds or fewer (the dropped rounds would have changed nothing)."""
+    jobs = data.draw(workloads(sizes=GANG_SIZES) if gang_sizes else workloads())
+    qos = data.draw(st.lists(st.integers(0, 1), min_size=jobs.num_jobs, max_size=jobs.num_jobs))
+    jobs = jobs.replace(qos_class=np.where(jobs.valid, qos, 0).astype(np.int32))
+    for name in ("srtf", "priority"):
+        env = ClusterEnv(policies.get(name).env_config(round_env(settings).config))
+        assert env.config.skip_settled_rounds
+        state, metrics, ref_out = run_both(env, name, cluster, jobs, seed, max_steps=1000)
+        assert ref_out["metrics"]["done"] == 1  # (a step cap would stop the two at other times)
+        assert metrics["decisions"] <= ref_out["metrics"]["decisions"]
+        assert_same_rounds(state, {**metrics, "decisions": ref_out["metrics"]["decisions"]}, ref_out)
+
+
+def test_settled_rounds_are_not_decided():
+    """One 1-GPU node, rounds of 1 s, srtf: j0 (300 s) and j1 (400 s) arrive at 0; j0 runs
+    0-300, j1 300-700. Every round is decided while j1 waits: 0, 1, ..., 300 (301; after 300
+    nothing waits). With the skip: 0 (j0 starts), 1 (changes nothing: settled), then j0's end
+    at 300 (j1 starts): 3 decisions, the same starts and ends."""
+    cluster = one_gpu_nodes(1)
+    jobs = make_jobs([gpu_job(0, 300), gpu_job(0, 400)])
+    runs = {}
+    for skip in (False, True):
+        env = ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=4, tie_break="identity",
+                                   round_s=1.0, skip_settled_rounds=skip))
+        params = to_device(EnvParams(cluster, ONE_GPU_CLASS))
+        batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
+        state, metrics = jax.jit(lambda p, j, k: rollout(env, round_policies.srtf, None, p, j, k, 1000))(
+            params, batch, jax.random.key(0)[None])
+        runs[skip] = (np.asarray(state.start_s[0]), np.asarray(state.end_s[0]), int(metrics["decisions"][0]),
+                      int(metrics["done"][0]))
+    for skip in (False, True):
+        np.testing.assert_array_equal(runs[skip][0][:2], [0.0, 300.0])
+        np.testing.assert_array_equal(runs[skip][1][:2], [300.0, 700.0])
+        assert runs[skip][3] == 1
+    assert runs[False][2] == 301 and runs[True][2] == 3
+
+
+def test_skip_settled_rounds_is_refused_for_a_policy_whose_order_moves():
+    config = EnvConfig(round_s=60.0, skip_settled_rounds=True)
+    assert policies.get("srtf").env_config(config).skip_settled_rounds
+    with pytest.raises(ValueError, match="env.skip_settled_rounds: scheduler 'las' cannot skip rounds"):
+        policies.get("las").env_config(config)
+    with pytest.raises(ValueError, match="EnvConfig.skip_settled_rounds = 1: must be true or false"):
+        EnvConfig(round_s=60.0, skip_settled_rounds=1)
+
+
 def run_las_gpu_by_hand(cluster, jobs, **settings):
     """One episode of a hand-worked case, rounds of 100 s under las-gpu -> (state, metrics)
     of the episode (unbatched)."""
