@@ -24,9 +24,14 @@ s and the same costs as restart costs (``env.restart_overhead_s`` 7/30/60 above 
 GPUs), unguarded (``env.restart_guard = false``: Helios may preempt a job in its checkpoint
 cost). The rules are not all the same, so the schedules are close, not identical: jaxsched's
 round places a queued job first-fit, releasing (in thought) lower jobs until it fits, where
-Helios selects by the GPU count and places after; Helios ends a segment one tick after its
-work left reaches 0; and it counts a preempted job's cost in its work left when it ranks
-it, where jaxsched's ``srtf`` reads the work alone.
+Helios selects by the GPU count and places after; and it counts a preempted job's cost in
+its work left when it ranks it, where jaxsched's ``srtf`` reads the work alone. Helios's SRTF
+also ends a job one tick after its work left reaches 0 (at each tick it first ends the jobs
+at 0, then counts the others down): a job of d seconds started at s ends at s + d + 1, and
+after a preemption at its restart plus its work left, cost and 1. jaxsched gets each job's
+duration + 1 s as its work (``SRTF_TICK_S``; Helios gets the duration), which gives the same
+ends for the same starts and preemptions (its restart cost is Helios's checkpoint cost); the
+per-job table's ``duration_s`` is the trace's.
 
 jaxsched replays the VC from ``configs/philly.toml`` (``workload.source = "philly"``) set to
 Helios's rules: the whole VC in one episode (``workload.window_jobs`` = its job count), run
@@ -99,6 +104,7 @@ from jaxsched.devices import configure_cpu
 from jaxsched.workload import philly
 
 POLICIES = {"fifo": "fifo-strict", "sjf": "sjf-strict", "srtf": "srtf"}
+SRTF_TICK_S = 1.0  # Helios's SRTF ends a job one tick after its work left reaches 0
 # Helios's SRTF: 1-s ticks, its checkpoint costs by GPU count (Policy.ckpt_overhead), unguarded
 HELIOS_SRTF = ["env.round_s=1.0", "env.restart_overhead_s=[7.0, 30.0, 60.0]", "env.restart_above_gpus=[1, 8]",
                "env.restart_guard=false"]
@@ -246,6 +252,9 @@ def main(argv=None) -> int:
     valid = np.asarray(ep.jobs.valid)[0]
     submit = np.asarray(ep.jobs.arrival_s, np.float64)[0][valid]
     duration = np.asarray(ep.jobs.work_s, np.float64)[0][valid]
+    if scheduler == "srtf":  # Helios's SRTF runs a segment one tick past its work (module docstring)
+        longer = np.asarray(ep.jobs.work_s) + SRTF_TICK_S * np.asarray(ep.jobs.valid)
+        ep = ep._replace(jobs=ep.jobs.replace(work_s=longer))
     gpus = np.asarray(ep.jobs.num_gpu)[0][valid]
     print(f"VC {args.vc}: {len(submit)} jobs ({len(vc_jobs)} in the trace), submissions over {submit.max():.0f} s, "
           f"{ep.info['unschedulable_jobs']} unschedulable; compression x{ep.info['compress_factor_max']:.3f}")
