@@ -249,7 +249,7 @@ class RoundClock:
                               -inf before the first; docs/semantics.md, "Allocation resets")
     changed      []  bool     a job arrived or finished since the last reset
     reset        []  bool     the due round is a reset
-    settled_until [] float32  ``EnvConfig.skip_settled_rounds``: the rounds due before this time
+    settled_until [] float32  ``EnvConfig.settled_rounds``: the rounds due before this time
                               are dropped (the last decided round changed nothing, and no
                               arrival or completion since); -inf: none is
     """

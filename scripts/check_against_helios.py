@@ -13,25 +13,26 @@ places by GPUs only. The policies map to jaxsched's schedulers as:
     Helios policy   jaxsched scheduler   queue order
     fifo            fifo-strict          submission time (ties: trace order)
     sjf             sjf-strict           duration (ties: submission order)
-    srtf            srtf                 work left, preemptive, every 1-s tick
+    srtf            helios-srtf          work left, preemptive, every 1-s tick
 
 Helios's SRTF (``policies/srtf.py``) decides every tick: it sorts the queued and running jobs
 by their work left (``remain``) and takes them in that order while their GPUs fit the VC's
 total (a count, not a placement), preempts the running jobs not taken (adding a checkpoint
 cost to their work left: 7 s for 1 GPU, 30 s for up to 8, 60 s above) and places the queued
-ones taken, skipping those its placer cannot place. jaxsched runs ``srtf`` with rounds of 1
-s and the same costs as restart costs (``env.restart_overhead_s`` 7/30/60 above 1 and 8
-GPUs), unguarded (``env.restart_guard = false``: Helios may preempt a job in its checkpoint
-cost). The rules are not all the same, so the schedules are close, not identical: jaxsched's
-round places a queued job first-fit, releasing (in thought) lower jobs until it fits, where
-Helios selects by the GPU count and places after; and it counts a preempted job's cost in
-its work left when it ranks it, where jaxsched's ``srtf`` reads the work alone. Helios's SRTF
-also ends a job one tick after its work left reaches 0 (at each tick it first ends the jobs
-at 0, then counts the others down): a job of d seconds started at s ends at s + d + 1, and
-after a preemption at its restart plus its work left, cost and 1. jaxsched gets each job's
-duration + 1 s as its work (``SRTF_TICK_S``; Helios gets the duration), which gives the same
-ends for the same starts and preemptions (its restart cost is Helios's checkpoint cost); the
-per-job table's ``duration_s`` is the trace's.
+ones taken, skipping those its placer cannot place. jaxsched's ``helios-srtf`` is that rule
+(docs/semantics.md, "Round policies"), run here with rounds of 1 s and Helios's costs as
+restart costs (``env.restart_overhead_s`` 7/30/60 above 1 and 8 GPUs), unguarded
+(``env.restart_guard = false``: Helios may preempt a job in its checkpoint cost).
+``--scheduler srtf`` runs jaxsched's own SRTF instead, whose round places a queued job where it
+fits, releasing (in thought) lower jobs until it does, and ranks a preempted job by its work
+left alone. Helios's SRTF also ends a job one tick after its work left reaches 0 (at each tick
+it first ends the jobs at 0, then counts the others down): a job of d seconds started at s
+ends at s + d + 1, and after a preemption at its restart plus its work left, cost and 1.
+jaxsched gets each job's duration + 1 s as its work (``SRTF_TICK_S``; Helios gets the
+duration), which gives the same ends for the same starts and preemptions (its restart cost is
+Helios's checkpoint cost); the per-job table's ``duration_s`` is the trace's. Ties in work
+left: Helios keeps its lists' order (the queue by arrival and preemption, then the running
+jobs by start); jaxsched puts queued before running, then by index.
 
 jaxsched replays the VC from ``configs/philly.toml`` (``workload.source = "philly"``) set to
 Helios's rules: the whole VC in one episode (``workload.window_jobs`` = its job count), run
@@ -103,7 +104,8 @@ from jaxsched import evaluate, experiment, paths
 from jaxsched.devices import configure_cpu
 from jaxsched.workload import philly
 
-POLICIES = {"fifo": "fifo-strict", "sjf": "sjf-strict", "srtf": "srtf"}
+POLICIES = {"fifo": "fifo-strict", "sjf": "sjf-strict", "srtf": "helios-srtf"}
+SRTFS = ("helios-srtf", "srtf")  # jaxsched's schedulers run with HELIOS_SRTF
 SRTF_TICK_S = 1.0  # Helios's SRTF ends a job one tick after its work left reaches 0
 # Helios's SRTF: 1-s ticks, its checkpoint costs by GPU count (Policy.ckpt_overhead), unguarded
 HELIOS_SRTF = ["env.round_s=1.0", "env.restart_overhead_s=[7.0, 30.0, 60.0]", "env.restart_above_gpus=[1, 8]",
@@ -219,7 +221,7 @@ def jaxsched_config(trace: str, vc: str, scheduler: str, replay: str, load: floa
         # the default cap (3 x jobs + 100) may be needed to finish the episode
         f"eval.max_steps={10 * num_jobs + 100}",
         # Helios's queue is unbounded: jaxsched's must hold every job (an arrival past it is dropped)
-        f"env.queue_capacity={num_jobs}", *(HELIOS_SRTF if scheduler == "srtf" else [])])
+        f"env.queue_capacity={num_jobs}", *(HELIOS_SRTF if scheduler in SRTFS else [])])
 
 
 def main(argv=None) -> int:
@@ -235,6 +237,8 @@ def main(argv=None) -> int:
     parser.add_argument("--trace", default="../shared/data/philly/philly.csv", help="philly.csv")
     parser.add_argument("--gang-rule", choices=("helios", "consolidate"), default="helios",
                         help="jaxsched's env.gang_rule: Helios's placer, or jaxsched's own gangs")
+    parser.add_argument("--scheduler", choices=SRTFS, default=None,
+                        help="with --policy srtf: jaxsched's scheduler (default helios-srtf, Helios's rule; srtf: jaxsched's own)")
     parser.add_argument("--out", default="results/runs/check_helios")
     args = parser.parse_args(argv)
     helios = (args.helios / HELIOS_DIR).resolve()
@@ -243,7 +247,10 @@ def main(argv=None) -> int:
 
     # jaxsched's episode: the VC's jobs, whole, sorted by submission.
     vc_jobs = philly.load(paths.resolve_data_path(args.trace), vcs=[args.vc])
-    scheduler = POLICIES[args.policy]
+    scheduler = args.scheduler or POLICIES[args.policy]
+    if args.scheduler and (args.policy == "srtf") != (args.scheduler in SRTFS):
+        parser.error(f"--scheduler {args.scheduler}: Helios's {args.policy} runs beside one of "
+                     f"{list(SRTFS) if args.policy == 'srtf' else [POLICIES[args.policy]]}")
     config = jaxsched_config(args.trace, args.vc, scheduler, args.replay, args.load, len(vc_jobs),
                              int(vc_jobs.num_gpu.max()), args.gang_rule)
     ep = experiment.episodes(config, experiment.build_nodes(config))
@@ -252,7 +259,7 @@ def main(argv=None) -> int:
     valid = np.asarray(ep.jobs.valid)[0]
     submit = np.asarray(ep.jobs.arrival_s, np.float64)[0][valid]
     duration = np.asarray(ep.jobs.work_s, np.float64)[0][valid]
-    if scheduler == "srtf":  # Helios's SRTF runs a segment one tick past its work (module docstring)
+    if scheduler in SRTFS:  # Helios's SRTF runs a segment one tick past its work (module docstring)
         longer = np.asarray(ep.jobs.work_s) + SRTF_TICK_S * np.asarray(ep.jobs.valid)
         ep = ep._replace(jobs=ep.jobs.replace(work_s=longer))
     gpus = np.asarray(ep.jobs.num_gpu)[0][valid]

@@ -125,10 +125,14 @@ def test_first_b436b2_jobs_keep_their_trace_gaps():
 
 
 def test_srtf_runs_with_helios_ticks_and_checkpoint_costs():
-    """Helios's SRTF maps to ``srtf`` in 1-s rounds, unguarded, whose restart cost is Helios's
-    checkpoint cost (``Policy.ckpt_overhead``): 7 s for 1 GPU, 30 s for 2-8, 60 s above."""
+    """Helios's SRTF maps to ``helios-srtf`` (or, asked, ``srtf``) in 1-s rounds, unguarded,
+    whose restart cost is Helios's checkpoint cost (``Policy.ckpt_overhead``): 7 s for 1 GPU,
+    30 s for 2-8, 60 s above."""
     from jaxsched.sim import ClusterEnv
 
+    assert script.POLICIES["srtf"] == "helios-srtf"
+    own = script.jaxsched_config("philly.csv", "6214e9", "srtf", "native", 0.7, 100, 8)
+    assert own.env.round_s == 1.0 and own.env.restart_overhead_s == (7.0, 30.0, 60.0)
     config = script.jaxsched_config("philly.csv", "6214e9", script.POLICIES["srtf"], "native", 0.7, 100, 8)
     assert config.env.round_s == 1.0 and config.env.restart_guard is False
     costs = ClusterEnv(config.env).restart_cost_s(np.array([1, 2, 8, 9, 24]))

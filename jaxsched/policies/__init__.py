@@ -29,7 +29,8 @@ from jaxsched.policies.hops import hops
 from jaxsched.policies.random_node import random_node
 from jaxsched.policies import rounds
 from jaxsched.policies.reserving_packing import reserving_packing
-from jaxsched.policies.rounds import fifo_perf, gavel_fifo, las, las_gpu, las_perf, priority, srtf, tiresias
+from jaxsched.policies.rounds import (fifo_perf, gavel_fifo, helios_srtf, las, las_gpu, las_perf, priority, srtf,
+                                      tiresias)
 from jaxsched.policies.sjf import sjf
 from jaxsched.policies.spread import spread
 from jaxsched.rollout import TURNS
@@ -70,15 +71,13 @@ class Scheduler:
             changes["resched_interval_s"] = DRR_RESCHED_INTERVAL_S
         changes["round_s"] = (config.round_s or ROUND_S) if self.round_policy else 0.0
         changes["round_reset_s"] = config.round_reset_s if self.round_policy else 0.0
-        if config.skip_settled_rounds and not self.settles:
-            raise ValueError(f"env.skip_settled_rounds: scheduler {self.name!r} cannot skip rounds (its order moves "
-                             f"between events); only {sorted(n for n, s in REGISTRY.items() if s.settles)} can")
+        settled = dict(self.env_changes).get("settled_rounds", "decided")
+        if config.settled_rounds not in ("decided", settled):
+            raise ValueError(f"env.settled_rounds = {config.settled_rounds!r}: scheduler {self.name!r} "
+                             f"{'cannot skip rounds (its order moves between events)' if settled == 'decided' else f'skips them as {settled!r}'}; "
+                             f"only {sorted(n for n, s in REGISTRY.items() if dict(s.env_changes).get('settled_rounds') == config.settled_rounds)} skip them so")
         return dataclasses.replace(config, **changes)
 
-    @property
-    def settles(self) -> bool:
-        """Its round order moves only at events (``EnvConfig.skip_settled_rounds``)."""
-        return dict(self.env_changes).get("skip_settled_rounds", False)
 
     def bound_policy(self, config):
         """The policy to run in the env of ``env_config(config)``: a round policy with its
@@ -178,11 +177,16 @@ REGISTRY = {
                   "starved jobs promoted; preempts, first-fit", turns=None, round_policy=True),
         Scheduler("srtf", srtf, "best-fit",
                   "round policy, shortest remaining time first (oracle sizes); preempts, first-fit",
-                  turns=None, round_policy=True, env_changes=(("skip_settled_rounds", True),)),
+                  turns=None, round_policy=True, env_changes=(("settled_rounds", "skipped"),)),
+        Scheduler("helios-srtf", helios_srtf, "best-fit",
+                  "round policy, Helios's SRTF as its code runs (SC '21): by time left (restart cost included), "
+                  "jobs taken while their GPUs fit the cluster's total count, the running ones not taken "
+                  "preempted, the queued ones taken placed best-fit where they fit", turns=None, round_policy=True,
+                  env_changes=(("settled_rounds", "skipped-after-all-held"),)),
         Scheduler("priority", priority, "best-fit",
                   "round policy, priority classes (openb's qos): a higher class preempts lower ones, "
                   "running first and FIFO in a class; first-fit", turns=None, round_policy=True,
-                  env_changes=(("skip_settled_rounds", True),)),
+                  env_changes=(("settled_rounds", "skipped"),)),
     )
 }
 

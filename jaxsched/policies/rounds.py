@@ -39,6 +39,8 @@ class RoundSettings:
       nodes' GPUs).
     reset_s: the run's ``round_reset_s`` (0: no allocation resets; gavel-fifo then allocates
       at every round).
+    restart_overhead_s, restart_above_gpus: the run's restart costs (helios-srtf ranks a
+      preempted job by its work left plus the cost it will pay).
     """
 
     round_s: float
@@ -46,12 +48,16 @@ class RoundSettings:
     tiresias_promote_knob: float
     max_span: int
     reset_s: float = 0.0
+    restart_overhead_s: tuple = (0.0,)
+    restart_above_gpus: tuple = ()
 
 
 def settings(config) -> RoundSettings:
     """The ``RoundSettings`` of an ``EnvConfig`` (one with rounds)."""
     return RoundSettings(float(config.round_s), tuple(float(b) for b in config.tiresias_thresholds_gpu_s),
-                         float(config.tiresias_promote_knob), int(config.max_span), float(config.round_reset_s))
+                         float(config.tiresias_promote_knob), int(config.max_span), float(config.round_reset_s),
+                         tuple(float(c) for c in config.restart_overhead_s),
+                         tuple(int(b) for b in config.restart_above_gpus))
 
 
 @functools.lru_cache(maxsize=None)
@@ -428,6 +434,65 @@ def srtf(params, state, key):
     """Shortest remaining time first, from the oracle remaining work (reference-speed seconds)."""
     return -remaining_now(state)
 
+
+
+def helios_srtf(params, state, key):
+    """Helios's SRTF as its code runs (Hu et al., SC '21; HeliosArtifact ``policies/srtf.py``;
+    docs/semantics.md, "Round policies"): the queued and running jobs in order of their time
+    left, ``helios_srtf_key`` (ties: queued before running, then by index), are taken while
+    their GPUs fit the cluster's total count (a job that does not fit what is left is passed
+    over, and later ones may still be taken); the running jobs taken keep their GPUs, the
+    others are preempted, and the queued jobs taken are placed in that order where they fit,
+    after every running job (so they release none): priority 1 for a running job taken,
+    -(its place in the order) for a queued one, -inf for the rest."""
+    jobs, core = state.jobs, state.core
+    num_jobs = jobs.num_jobs
+    running = running_jobs(state)
+    active = active_jobs(state)
+    ask = jnp.where(active, jobs.num_gpu * jobs.gpu_milli, 0)  # [J] int32 milli-GPUs
+    quota0 = core.free_milli.sum() + jnp.where(running, ask, 0).sum()  # the cluster's milli-GPUs
+    key_s = jnp.where(active, helios_srtf_key(_need(params, "helios-srtf"), state), jnp.inf)
+    order = jnp.lexsort((jnp.arange(num_jobs), running, key_s))  # by time left, queued first, index
+    ask_sorted = ask[order]
+    n_active = active.sum(dtype=jnp.int32)
+    positions = jnp.arange(num_jobs, dtype=jnp.int32)
+
+    # The greedy pass, a run at a time: from place p, the longest run whose asks fit the quota
+    # is taken; the next place does not fit; the pass goes on at the first place after it whose
+    # ask fits what is left. Each pass takes a job (or ends), and after the first the quota is
+    # below one job's ask: a few passes (at most the largest ask in GPUs, plus one). (The sums
+    # are int32; past the first place that does not fit they are never read.)
+    def take_run(carry):
+        p, quota, taken = carry
+        total = jnp.cumsum(jnp.where(positions >= p, ask_sorted, 0))  # the asks from p on, inclusive
+        fits = (positions >= p) & (positions < n_active) & (total <= quota)
+        end = jnp.where(((positions >= p) & ~fits).any(), jnp.argmax((positions >= p) & ~fits), num_jobs)
+        run = (positions >= p) & (positions < end)
+        quota = quota - jnp.where(run, ask_sorted, 0).sum()
+        nxt = (positions > end) & (positions < n_active) & (ask_sorted <= quota)
+        p = jnp.where(nxt.any(), jnp.argmax(nxt), num_jobs).astype(jnp.int32)
+        return p, quota, taken | (run & (positions < n_active))
+
+    _, _, taken_sorted = jax.lax.while_loop(lambda c: c[0] < n_active, take_run,
+                                            (jnp.int32(0), quota0, jnp.zeros(num_jobs, bool)))
+    taken = jnp.zeros(num_jobs, bool).at[order].set(taken_sorted)
+    place = jnp.zeros(num_jobs, jnp.int32).at[order].set(positions)
+    return jnp.where(taken, jnp.where(running, 1.0, -place.astype(jnp.float32)), -jnp.inf)
+
+
+def helios_srtf_key(round_settings: RoundSettings, state):
+    """[J] float32 each job's time left as Helios's SRTF ranks it (its ``remain``): a running
+    job's work left plus the restart cost it has still to pay (float32(end - t) * speed past
+    its cost, else float32(remaining + float32(run_from - t))); a queued job's work left plus
+    its restart cost when it was preempted before (``remaining_s``, ``restart_overhead_s``)."""
+    jobs, seg, t = state.jobs, state.segments, state.core.time_s
+    costs = jnp.asarray(round_settings.restart_overhead_s, jnp.float32)
+    above = jnp.asarray(round_settings.restart_above_gpus, jnp.int32).reshape(-1)
+    cost = jnp.where(seg.preemptions > 0, costs[(jobs.num_gpu[:, None] > above).sum(-1)], 0.0)
+    running = running_jobs(state)
+    in_cost = running & (t < seg.run_from_s)
+    return jnp.where(running, jnp.where(in_cost, seg.remaining_s + (seg.run_from_s - t), remaining_now(state)),
+                     seg.remaining_s + cost)
 
 
 def priority(params, state, key):

@@ -303,6 +303,34 @@ def _srtf_priority(sim: ReferenceSim) -> list:
     return [-sim.remaining_now(j) for j in range(sim.J)]
 
 
+def _helios_srtf_priority(sim: ReferenceSim) -> list:
+    """helios-srtf, Helios's SRTF: the jobs in the system by (time left, running after queued,
+    index), where time left is the work left plus the restart cost still to pay (a running
+    job in its cost: what it had left plus the rest of the cost; a queued job preempted
+    before: its work left plus its cost); each taken, in that order, while its milli-GPUs fit
+    what the cluster's total has left after the jobs taken before it. Priority 1 for a running
+    job taken, -(its place) for a queued one, -inf for the rest."""
+    t = sim.time_s
+    running = {j for _, j in sim.running}
+
+    def time_left(j):
+        if j in running and t < sim.run_from_s[j]:
+            return np.float32(sim.remaining_s[j] + np.float32(sim.run_from_s[j] - t))
+        if j in running:
+            return sim.remaining_now(j)
+        return np.float32(sim.remaining_s[j] + (sim._restart_cost(j) if sim.preemptions[j] > 0 else np.float32(0)))
+
+    order = sorted(_in_system(sim), key=lambda j: (time_left(j), j in running, j))
+    left = sim.cluster_milli
+    out = [np.float32(-np.inf)] * sim.J
+    for place, j in enumerate(order):
+        ask = sim.jobs[j].num_gpu * sim.jobs[j].gpu_milli
+        if ask <= left:
+            left -= ask
+            out[j] = np.float32(1) if j in running else np.float32(-place)
+    return out
+
+
 def _qos_priority(sim: ReferenceSim) -> list:
     """priority, by priority class: 2 qos_class, plus 1 for a running job (a class's running
     jobs before its queued ones, so a queued job preempts running jobs of lower classes only;
@@ -318,5 +346,6 @@ ROUND_POLICIES = {
     "las-gpu": _las_gpu_priority,
     "tiresias": _tiresias_priority,
     "srtf": _srtf_priority,
+    "helios-srtf": _helios_srtf_priority,
     "priority": _qos_priority,
 }

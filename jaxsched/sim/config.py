@@ -22,6 +22,7 @@ MODES = ("dynamic", "static")
 QUEUE_ORDERS = ("fifo", "sjf", "edf")
 TIE_BREAKS = ("permutation", "identity")
 REWARDS = ("in_system", "placed_jct")
+SETTLED_ROUNDS = ("decided", "skipped", "skipped-after-all-held")  # EnvConfig.settled_rounds
 RESCHED_TARGETS = ("alloc", "fgd")  # where a migrated job goes (EnvConfig.resched_target)
 DEFAULT_RESERVE_AFTER_S = 3600.0
 MAX_RESTART_S = float(2 ** 24)  # the largest restart cost: float32 keeps whole seconds up to here
@@ -133,15 +134,17 @@ class EnvConfig:
       priority, then the models not named (Gavel's round for its heterogeneity-aware
       policies: ``["V100", "P100", "K80"]``); empty (default): all pairs by priority
       (docs/semantics.md, "Per-model priorities").
-    skip_settled_rounds: a speed setting for round policies whose order moves only at arrivals,
-      completions and the end of a job's restart cost, and then never puts a running job
-      behind a queued one (``srtf``, ``priority``: their registry entries turn it on). After a
-      decided round that placed and preempted nothing, the rounds before the next arrival,
-      completion, reset, or end of a running job's restart cost or guard are dropped, as a
-      round with nothing queued is: deciding them would change nothing
-      (docs/performance.md, "Settled rounds"). The schedules are the same; ``decisions``
-      counts the rounds decided. False (default): every due round with a job queued is
-      decided. Wrong for any other policy (``las``, ``tiresias``, a learned one).
+    settled_rounds: a speed setting, set by a round policy's registry entry (docs/performance.md,
+      "Settled rounds"): "decided" (default), every due round with a job queued is decided;
+      "skipped", for policies whose order moves only at arrivals, completions and the end of
+      a job's restart cost, and then never puts a running job behind a queued one (``srtf``,
+      ``priority``): after a decided round that placed and preempted nothing, the rounds
+      before the next arrival, completion, reset, or end of a running job's restart cost or
+      guard are dropped, as a round with nothing queued is, since deciding them would change
+      nothing; "skipped-after-all-held", the same after such a round that also held every
+      queued job (``helios-srtf``, whose selection can move when a queued job it takes is
+      passed). The schedules are the same; ``decisions`` counts the rounds decided. Wrong for
+      any other policy (``las``, ``tiresias``, a learned one).
     tiresias_thresholds_gpu_s: the tiresias round policy's queue thresholds, attained
       GPU-seconds, increasing and > 0: m thresholds make m + 1 queues (default Tiresias's
       simulator's three queues, ``[3250, 7200]``). Read by the policy only.
@@ -186,7 +189,7 @@ class EnvConfig:
     round_ends_early: bool = False
     round_reset_s: float = 0.0
     round_model_order: tuple = ()
-    skip_settled_rounds: bool = False
+    settled_rounds: str = "decided"
     tiresias_thresholds_gpu_s: tuple = TIRESIAS_THRESHOLDS_GPU_S
     tiresias_promote_knob: float = 0.0
     walk_slots: int = 512
@@ -285,9 +288,10 @@ class EnvConfig:
             bad("round_s", "rounds and rescheduling passes (resched_interval_s > 0) do not mix")
         if not (isinstance(self.round_reset_s, numbers.Real) and 0 <= self.round_reset_s < np.inf):
             bad("round_reset_s", "must be a finite number >= 0 (seconds; 0 = no allocation resets)")
-        for field in ("round_ends_early", "skip_settled_rounds"):
-            if not isinstance(getattr(self, field), bool):
-                bad(field, "must be true or false")
+        if not isinstance(self.round_ends_early, bool):
+            bad("round_ends_early", "must be true or false")
+        if self.settled_rounds not in SETTLED_ROUNDS:
+            bad("settled_rounds", f"must be one of {SETTLED_ROUNDS}")
         order = self.round_model_order
         if not (isinstance(order, tuple) and all(isinstance(m, str) and m in MODEL_NAMES for m in order)
                 and len(set(order)) == len(order)):

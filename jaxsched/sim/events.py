@@ -107,7 +107,7 @@ class EventsMixin:
         (docs/semantics.md, "The round clock")."""
         cfg = self.config
         nothing_waits = (core.queue_len == 0) & ~core.rounds.reset  # (a reset is always decided)
-        # skip_settled_rounds: settled until a job comes or goes or the settlement ends (never
+        # settled_rounds: settled until a job comes or goes or the settlement ends (never
         # past the last event: then rounds are decided, as they would be, until max_steps).
         job_event_s = jnp.minimum(self._next_end_time(core), self._next_arrival_time(core, jobs))
         until = core.rounds.settled_until
@@ -176,7 +176,7 @@ class EventsMixin:
                                        clock.next_round_s)))
             if self.config.resets:
                 core = core.replace(rounds=self._reset_clock(core.rounds, core.time_s, due, completion | arrival))
-            if self.config.skip_settled_rounds:  # a job came or went: the next round is decided
+            if self.config.settled_rounds != "decided":  # a job came or went: the next round is decided
                 core = core.replace(rounds=core.rounds.replace(settled_until=jnp.where(
                     completion | arrival, -INF, core.rounds.settled_until)))
             return self._check_stop(state, core, params)

@@ -246,7 +246,11 @@ class RoundsMixin:
                 lambda: (seg.attained_at_reset_s, seg.attained_model_at_reset_s))
             state = state.replace(segments=seg.replace(attained_at_reset_s=noted, attained_model_at_reset_s=noted_model))
         walk, running0, queued0 = self._round_walk(key, state, priority, params)
-        return self._apply_round(state, params, walk, running0, queued0)
+        decided = self._apply_round(state, params, walk, running0, queued0)
+        if self.config.settled_rounds != "decided":
+            clock = decided.core.rounds.replace(settled_until=self._settled_until(state, walk, priority, queued0))
+            decided = decided.replace(core=decided.core.replace(rounds=clock))
+        return decided
 
     def _round_walk(self, key, state: SimState, priority, params: EnvParams):
         """The round decision on the free arrays -> (walk, running0 [J], queued0 [J]): the
@@ -607,9 +611,10 @@ class RoundsMixin:
             ok = ok & (~used | (gpus_ok & (walk.free_cpu[i] >= cpu) & (walk.free_mem[i] >= mem)))
         return ok
 
-    def _settled_until(self, state: SimState, walk: Walk):
-        """``skip_settled_rounds``: until when the rounds after this one would change nothing
-        -> float32 []: -inf when this one placed or preempted a job; else the first time after
+    def _settled_until(self, state: SimState, walk: Walk, priority, queued0):
+        """``settled_rounds``: until when the rounds after this one would change nothing
+        -> float32 []: -inf when this one placed or preempted a job (or, "skipped-after-all-held",
+        listed a queued job: ``priority`` [J] or [J, M], ``queued0`` [J]); else the first time after
         now that a running job's restart cost ends (its priority may step there: its work
         left is read from its clock from then on) or, with the restart guard, its guard
         does (it may then be released in thought); +inf when neither comes. Arrivals and
@@ -624,6 +629,9 @@ class RoundsMixin:
             ends.append(seg.run_from_s + self._segment_cost_s(state))
         later = jnp.stack([jnp.where(walk.running & (e > t), e, INF) for e in ends]).min()
         changed = walk.started.any() | walk.preempted.any()
+        if self.config.settled_rounds == "skipped-after-all-held":
+            listed = priority > -jnp.inf  # (not NaN or -inf)
+            changed = changed | (queued0 & (listed.any(-1) if listed.ndim == 2 else listed)).any()
         return jnp.where(changed, -INF, later)
 
     def _apply_round(self, state: SimState, params: EnvParams, walk: Walk, running0, queued0) -> SimState:
@@ -701,8 +709,6 @@ class RoundsMixin:
         )
         if cfg.round_ends_early:  # the round ends when its last running job does (at most round_s)
             core = core.replace(rounds=core.rounds.replace(next_round_s=self._round_end(core, jobs)))
-        if cfg.skip_settled_rounds:
-            core = core.replace(rounds=core.rounds.replace(settled_until=self._settled_until(state, walk)))
         return state.replace(
             core=core,
             outcome=jnp.where(started, OUTCOME_PLACED, state.outcome),

@@ -28,7 +28,7 @@ from tests.settings import EXAMPLES, extended
 from tests.sim import test_differential as td
 from tests.sim.test_gangs import GANG_SIZES
 from tests.strategies import FRAG_CLASSES, clusters, workloads
-from tests.test_reference import ONE_GPU_CLASS, gpu_job, make_jobs
+from tests.test_reference import ONE_GPU_CLASS, gpu_job, make_cluster, make_jobs
 from tests.test_reference_preemption import backlog_case, one_gpu_nodes
 
 TIRESIAS = {"tiresias_thresholds_gpu_s": (100.0, 600.0), "tiresias_promote_knob": 0.5}  # (test jobs: <= 5,440 GPU-s)
@@ -36,7 +36,7 @@ ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
     # walk_slots 3: the candidates are sorted in 3 slots when they fit, else in J (both ways)
     pytest.param(("las", "tiresias"), {"round_s": 40.0, "restart_overhead_s": 10.0, "walk_slots": 3, **TIRESIAS},
                  False, id="las-tiresias"),
-    pytest.param(("srtf", "priority", "las"), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
+    pytest.param(("srtf", "priority", "las", "helios-srtf"), {"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,),
                              "max_span": 3, "walk_slots": 4, "gang_one_model": True, "round_reset_s": 55.0,
                              "round_ends_early": True}, True,
                  id="srtf-priority-las-gangs-one-model-resets-early-ends"),
@@ -44,7 +44,7 @@ ROUND_CASES = [  # (round policies, {env settings}, gang workloads)
                                        "restart_above_gpus": (1, 4), "max_span": 3, "gang_rule": "spread",
                                        "spread_penalty": 0.7, "tiresias_thresholds_gpu_s": (300.0,)},
              True, id="las-gpu-tiresias-gangs-spread"),
-    extended(("srtf", "las"), {"round_s": 30.0, "restart_overhead_s": 40.0, "max_span": 3, "gang_rule": "helios",
+    extended(("srtf", "las", "helios-srtf"), {"round_s": 30.0, "restart_overhead_s": 40.0, "max_span": 3, "gang_rule": "helios",
                                "restart_guard": False}, True, id="srtf-las-helios-gangs-unguarded"),
     extended(("srtf",), {"round_s": 60.0, "restart_overhead_s": 15.0, "gpu_rule": "first-fit",
                          "warmup_jobs": 3, "measured_jobs": 8}, False, id="srtf-measure"),
@@ -108,7 +108,7 @@ def test_round_episodes_match_reference(names, settings, gang_sizes, cluster, da
         assert_same_rounds(state, metrics, ref_out)
 
 
-SETTLED_CASES = [  # (round policy settings with skip_settled_rounds, gang workloads)
+SETTLED_CASES = [  # (round policy settings, gang workloads), run with the policies' settled_rounds
     pytest.param({"round_s": 7.0, "running_capacity": 3}, False, id="short-rounds-running-cap"),
     pytest.param({"round_s": 25.0, "restart_overhead_s": (5.0, 30.0), "restart_above_gpus": (2,), "max_span": 3,
                   "walk_slots": 4, "gang_one_model": True}, True, id="costs-gangs-one-model"),
@@ -123,15 +123,15 @@ SETTLED_CASES = [  # (round policy settings with skip_settled_rounds, gang workl
 @hyp.settings(max_examples=EXAMPLES, deadline=None)
 @given(cluster=clusters(), data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_settled_rounds_skipped_give_the_reference_schedules(settings, gang_sizes, cluster, data, seed):
-    """srtf and priority with ``skip_settled_rounds`` (their registry's setting) against the
+    """srtf, priority and helios-srtf with their registry's ``settled_rounds`` against the
     reference, which decides every round: the same jobs, segments and metrics, in as many
     decided rounds or fewer (the dropped rounds would have changed nothing)."""
     jobs = data.draw(workloads(sizes=GANG_SIZES) if gang_sizes else workloads())
     qos = data.draw(st.lists(st.integers(0, 1), min_size=jobs.num_jobs, max_size=jobs.num_jobs))
     jobs = jobs.replace(qos_class=np.where(jobs.valid, qos, 0).astype(np.int32))
-    for name in ("srtf", "priority"):
+    for name in ("srtf", "priority", "helios-srtf"):
         env = ClusterEnv(policies.get(name).env_config(round_env(settings).config))
-        assert env.config.skip_settled_rounds
+        assert env.config.settled_rounds != "decided"
         state, metrics, ref_out = run_both(env, name, cluster, jobs, seed, max_steps=1000)
         assert ref_out["metrics"]["done"] == 1  # (a step cap would stop the two at other times)
         assert metrics["decisions"] <= ref_out["metrics"]["decisions"]
@@ -148,7 +148,7 @@ def test_settled_rounds_are_not_decided():
     runs = {}
     for skip in (False, True):
         env = ClusterEnv(EnvConfig(window=2, queue_capacity=4, running_capacity=4, tie_break="identity",
-                                   round_s=1.0, skip_settled_rounds=skip))
+                                   round_s=1.0, settled_rounds="skipped" if skip else "decided"))
         params = to_device(EnvParams(cluster, ONE_GPU_CLASS))
         batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
         state, metrics = jax.jit(lambda p, j, k: rollout(env, round_policies.srtf, None, p, j, k, 1000))(
@@ -162,13 +162,46 @@ def test_settled_rounds_are_not_decided():
     assert runs[False][2] == 301 and runs[True][2] == 3
 
 
-def test_skip_settled_rounds_is_refused_for_a_policy_whose_order_moves():
-    config = EnvConfig(round_s=60.0, skip_settled_rounds=True)
-    assert policies.get("srtf").env_config(config).skip_settled_rounds
-    with pytest.raises(ValueError, match="env.skip_settled_rounds: scheduler 'las' cannot skip rounds"):
+def test_settled_rounds_are_refused_for_a_policy_that_cannot_skip_them_so():
+    config = EnvConfig(round_s=60.0, settled_rounds="skipped")
+    assert policies.get("srtf").env_config(config).settled_rounds == "skipped"
+    assert policies.get("srtf").env_config(EnvConfig(round_s=60.0)).settled_rounds == "skipped"
+    with pytest.raises(ValueError, match="env.settled_rounds = 'skipped': scheduler 'las' cannot skip rounds"):
         policies.get("las").env_config(config)
-    with pytest.raises(ValueError, match="EnvConfig.skip_settled_rounds = 1: must be true or false"):
-        EnvConfig(round_s=60.0, skip_settled_rounds=1)
+    with pytest.raises(ValueError, match="scheduler 'helios-srtf' skips them as 'skipped-after-all-held'"):
+        policies.get("helios-srtf").env_config(config)
+    with pytest.raises(ValueError, match="EnvConfig.settled_rounds = 'always': must be one of"):
+        EnvConfig(round_s=60.0, settled_rounds="always")
+
+
+def test_helios_srtf_takes_jobs_by_the_gpu_count_and_places_after():
+    """Two 4-GPU nodes, rounds of 10 s. j0 and j1 (3 GPUs, 1,000 s) start at 0 on nodes 0 and
+    1; q (2 GPUs, 50 s) and r (1 GPU, 2,000 s) arrive at 5, leaving one GPU free on each node.
+    At 10, helios-srtf takes q (2 of 8), j0 and j1 (3 each): the count is spent, so r is not
+    taken, and q, taken, fits no node: nothing changes until j0 and j1 end at 1,000, when q
+    (1,000-1,050) and r (1,000-3,000) start; every round from 10 to 1,000 is decided (q is
+    taken while it waits: 101 rounds). srtf instead gives q node 1 at 10, preempting j1, the
+    last job in its order, and starts r on node 0's free GPU."""
+    cluster = make_cluster(("V100", 4, 32000, 65536), ("V100", 4, 32000, 65536))
+    jobs = make_jobs([gpu_job(0, 1000, 3), gpu_job(0, 1000, 3), gpu_job(5, 50, 2), gpu_job(5, 2000, 1)])
+    out = {}
+    for name in ("helios-srtf", "srtf"):
+        env = ClusterEnv(policies.get(name).env_config(EnvConfig(
+            window=4, queue_capacity=8, running_capacity=8, tie_break="identity", round_s=10.0)))
+        params = to_device(EnvParams(cluster, ONE_GPU_CLASS))
+        batch = jax.tree.map(lambda x: jnp.asarray(x)[None], jobs)
+        state, metrics = jax.jit(lambda p, j, k: rollout(env, bound_policy(env, name), None, p, j, k, 500))(
+            params, batch, jax.random.key(0)[None])
+        out[name] = (np.asarray(state.start_s[0, :4]), np.asarray(state.node[0, :4]),
+                     np.asarray(state.segments.preemptions[0, :4]), int(metrics["decisions"][0]))
+    start, node, preemptions, decisions = out["helios-srtf"]
+    np.testing.assert_array_equal(start, [0.0, 0.0, 1000.0, 1000.0])
+    np.testing.assert_array_equal(preemptions, [0, 0, 0, 0])
+    assert node[0] == 0 and node[1] == 1 and decisions == 101
+    start, node, preemptions, _ = out["srtf"]
+    np.testing.assert_array_equal(start, [0.0, 0.0, 10.0, 10.0])
+    np.testing.assert_array_equal(preemptions, [0, 1, 0, 0])
+    assert node[2] == 1 and node[3] == 0
 
 
 def run_las_gpu_by_hand(cluster, jobs, **settings):
