@@ -182,7 +182,7 @@ REGISTRY = {
                   "round policy, Helios's SRTF as its code runs (SC '21): by time left (restart cost included), "
                   "jobs taken while their GPUs fit the cluster's total count, the running ones not taken "
                   "preempted, the queued ones taken placed best-fit where they fit", turns=None, round_policy=True,
-                  env_changes=(("settled_rounds", "skipped-after-all-held"),)),
+                  env_changes=(("settled_rounds", "skipped-by-policy"),)),
         Scheduler("priority", priority, "best-fit",
                   "round policy, priority classes (openb's qos): a higher class preempts lower ones, "
                   "running first and FIFO in a class; first-fit", turns=None, round_policy=True,

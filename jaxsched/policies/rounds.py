@@ -444,7 +444,16 @@ def helios_srtf(params, state, key):
     over, and later ones may still be taken); the running jobs taken keep their GPUs, the
     others are preempted, and the queued jobs taken are placed in that order where they fit,
     after every running job (so they release none): priority 1 for a running job taken,
-    -(its place in the order) for a queued one, -inf for the rest."""
+    -(its place in the order) for a queued one, -inf for the rest.
+
+    -> (priority [J] float32, {"steady_until": t}): until t, absent arrivals and completions,
+    the priorities stay these (``settled_rounds`` "skipped-by-policy"). A queued job's time
+    left stands still and a running job's falls, so the order changes only where a running
+    job passes a queued one, and only passing a queued job that is taken can move a taken
+    job's place or the count before it (to pass an untaken one between, it passes the taken
+    ones first). t is when the first running job would reach the time left of the nearest
+    taken queued job before it, at its rate (1 in its restart cost, else its speed), less a
+    margin for float32 and two rounds."""
     jobs, core = state.jobs, state.core
     num_jobs = jobs.num_jobs
     running = running_jobs(state)
@@ -477,7 +486,18 @@ def helios_srtf(params, state, key):
                                             (jnp.int32(0), quota0, jnp.zeros(num_jobs, bool)))
     taken = jnp.zeros(num_jobs, bool).at[order].set(taken_sorted)
     place = jnp.zeros(num_jobs, jnp.int32).at[order].set(positions)
-    return jnp.where(taken, jnp.where(running, 1.0, -place.astype(jnp.float32)), -jnp.inf)
+    priority = jnp.where(taken, jnp.where(running, 1.0, -place.astype(jnp.float32)), -jnp.inf)
+
+    # Until when that holds: each running job's distance to the nearest taken queued job
+    # before it in the order (the last such key at or before its place), over its rate.
+    running_sorted = running[order]
+    queued_taken_key = jnp.where(taken_sorted & ~running_sorted & (positions < n_active), key_s[order], -jnp.inf)
+    nearest = jax.lax.cummax(queued_taken_key)  # [J] the last taken queued job's key up to each place
+    seg = state.segments
+    rate = jnp.where(core.time_s < seg.run_from_s, 1.0, seg.seg_speed)[order]
+    ahead_s = (key_s[order] - nearest) / rate * (1.0 - 1e-5) - 2.0 * params.round_s
+    steady_s = jnp.where(running_sorted & (nearest > -jnp.inf), ahead_s, jnp.inf).min()
+    return priority, {"steady_until": core.time_s + steady_s}
 
 
 def helios_srtf_key(round_settings: RoundSettings, state):

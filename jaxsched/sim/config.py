@@ -22,7 +22,7 @@ MODES = ("dynamic", "static")
 QUEUE_ORDERS = ("fifo", "sjf", "edf")
 TIE_BREAKS = ("permutation", "identity")
 REWARDS = ("in_system", "placed_jct")
-SETTLED_ROUNDS = ("decided", "skipped", "skipped-after-all-held")  # EnvConfig.settled_rounds
+SETTLED_ROUNDS = ("decided", "skipped", "skipped-by-policy")  # EnvConfig.settled_rounds
 RESCHED_TARGETS = ("alloc", "fgd")  # where a migrated job goes (EnvConfig.resched_target)
 DEFAULT_RESERVE_AFTER_S = 3600.0
 MAX_RESTART_S = float(2 ** 24)  # the largest restart cost: float32 keeps whole seconds up to here
@@ -141,10 +141,11 @@ class EnvConfig:
       ``priority``): after a decided round that placed and preempted nothing, the rounds
       before the next arrival, completion, reset, or end of a running job's restart cost or
       guard are dropped, as a round with nothing queued is, since deciding them would change
-      nothing; "skipped-after-all-held", the same after such a round that also held every
-      queued job (``helios-srtf``, whose selection can move when a queued job it takes is
-      passed). The schedules are the same; ``decisions`` counts the rounds decided. Wrong for
-      any other policy (``las``, ``tiresias``, a learned one).
+      nothing; "skipped-by-policy", the same, but also only until the time the policy names
+      (``(priority, {"steady_until": t})``: its priorities stay the same until then, absent
+      arrivals and completions; ``helios-srtf``). The schedules are the same; ``decisions``
+      counts the rounds decided. Wrong for any other policy (``las``, ``tiresias``, a learned
+      one).
     tiresias_thresholds_gpu_s: the tiresias round policy's queue thresholds, attained
       GPU-seconds, increasing and > 0: m thresholds make m + 1 queues (default Tiresias's
       simulator's three queues, ``[3250, 7200]``). Read by the policy only.

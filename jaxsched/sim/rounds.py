@@ -217,18 +217,29 @@ class RoundsMixin:
         ``(priority, memory)``: the round is decided by the first, and ``memory``, a dict of
         ``POLICY_MEMORY`` fields (``policy_model`` [J] int32, ``policy_share`` [J, M] float32),
         replaces them in ``segments`` for the policy's next rounds (docs/semantics.md,
-        "Policy memory"). Once the episode is done it changes nothing and
+        "Policy memory"); its key ``steady_until`` (float32 [], not kept) is read with
+        ``settled_rounds = "skipped-by-policy"``. Once the episode is done it changes nothing and
         counts nothing. The reward is the "in_system" one, -(job-seconds in the system until
         the next round)."""
         if not self.config.rounds:
             raise ValueError("step_round needs EnvConfig.round_s > 0")
-        memory = None
+        memory, steady_until = None, None
         if isinstance(priority, tuple):
             priority, memory = priority
+            if isinstance(memory, dict) and "steady_until" in memory:  # (settled_rounds "skipped-by-policy")
+                memory = dict(memory)
+                steady_until = jnp.asarray(memory.pop("steady_until"), jnp.float32)
         live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
         decided = self._decide_round(key, state, jnp.asarray(priority, jnp.float32), params)
-        if memory is not None:
+        if memory:
             decided = decided.replace(segments=decided.segments.replace(**policy_memory(memory, decided.segments)))
+        if self.config.settled_rounds == "skipped-by-policy":
+            if steady_until is None:
+                raise ValueError('settled_rounds "skipped-by-policy" needs a policy that returns (priority, '
+                                 '{"steady_until": ...})')
+            clock = decided.core.rounds
+            decided = decided.replace(core=decided.core.replace(rounds=clock.replace(
+                settled_until=jnp.minimum(clock.settled_until, steady_until))))
         state = jax.tree.map(lambda new, old: jnp.where(live, new, old), decided, state)
         state = self._advance(state, params)
         cost_s = state.core.acc.in_system_integral - in_system_before
@@ -248,7 +259,7 @@ class RoundsMixin:
         walk, running0, queued0 = self._round_walk(key, state, priority, params)
         decided = self._apply_round(state, params, walk, running0, queued0)
         if self.config.settled_rounds != "decided":
-            clock = decided.core.rounds.replace(settled_until=self._settled_until(state, walk, priority, queued0))
+            clock = decided.core.rounds.replace(settled_until=self._settled_until(state, walk))
             decided = decided.replace(core=decided.core.replace(rounds=clock))
         return decided
 
@@ -611,10 +622,9 @@ class RoundsMixin:
             ok = ok & (~used | (gpus_ok & (walk.free_cpu[i] >= cpu) & (walk.free_mem[i] >= mem)))
         return ok
 
-    def _settled_until(self, state: SimState, walk: Walk, priority, queued0):
+    def _settled_until(self, state: SimState, walk: Walk):
         """``settled_rounds``: until when the rounds after this one would change nothing
-        -> float32 []: -inf when this one placed or preempted a job (or, "skipped-after-all-held",
-        listed a queued job: ``priority`` [J] or [J, M], ``queued0`` [J]); else the first time after
+        -> float32 []: -inf when this one placed or preempted a job; else the first time after
         now that a running job's restart cost ends (its priority may step there: its work
         left is read from its clock from then on) or, with the restart guard, its guard
         does (it may then be released in thought); +inf when neither comes. Arrivals and
@@ -622,16 +632,15 @@ class RoundsMixin:
         queued job failed its turn, with every running job after it given back; until then
         no queued job's priority moves and no running job's falls, so each turn of a later
         round has at most the running jobs after it of this round to give back, on the
-        same free nodes, and fails again (docs/performance.md, "Settled rounds")."""
+        same free nodes, and fails again (docs/performance.md, "Settled rounds"). With
+        "skipped-by-policy" ``step_round`` also caps it at the policy's ``steady_until``: its
+        priorities stay what they are until then, so the walk does too."""
         seg, t = state.segments, state.core.time_s
         ends = [seg.run_from_s]
         if self._guarded(state, walk.running) is not None:  # (the guard's end, as ``_guarded``)
             ends.append(seg.run_from_s + self._segment_cost_s(state))
         later = jnp.stack([jnp.where(walk.running & (e > t), e, INF) for e in ends]).min()
         changed = walk.started.any() | walk.preempted.any()
-        if self.config.settled_rounds == "skipped-after-all-held":
-            listed = priority > -jnp.inf  # (not NaN or -inf)
-            changed = changed | (queued0 & (listed.any(-1) if listed.ndim == 2 else listed)).any()
         return jnp.where(changed, -INF, later)
 
     def _apply_round(self, state: SimState, params: EnvParams, walk: Walk, running0, queued0) -> SimState:

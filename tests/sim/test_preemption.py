@@ -168,7 +168,7 @@ def test_settled_rounds_are_refused_for_a_policy_that_cannot_skip_them_so():
     assert policies.get("srtf").env_config(EnvConfig(round_s=60.0)).settled_rounds == "skipped"
     with pytest.raises(ValueError, match="env.settled_rounds = 'skipped': scheduler 'las' cannot skip rounds"):
         policies.get("las").env_config(config)
-    with pytest.raises(ValueError, match="scheduler 'helios-srtf' skips them as 'skipped-after-all-held'"):
+    with pytest.raises(ValueError, match="scheduler 'helios-srtf' skips them as 'skipped-by-policy'"):
         policies.get("helios-srtf").env_config(config)
     with pytest.raises(ValueError, match="EnvConfig.settled_rounds = 'always': must be one of"):
         EnvConfig(round_s=60.0, settled_rounds="always")
@@ -179,9 +179,12 @@ def test_helios_srtf_takes_jobs_by_the_gpu_count_and_places_after():
     1; q (2 GPUs, 50 s) and r (1 GPU, 2,000 s) arrive at 5, leaving one GPU free on each node.
     At 10, helios-srtf takes q (2 of 8), j0 and j1 (3 each): the count is spent, so r is not
     taken, and q, taken, fits no node: nothing changes until j0 and j1 end at 1,000, when q
-    (1,000-1,050) and r (1,000-3,000) start; every round from 10 to 1,000 is decided (q is
-    taken while it waits: 101 rounds). srtf instead gives q node 1 at 10, preempting j1, the
-    last job in its order, and starts r on node 0's free GPU."""
+    (1,000-1,050) and r (1,000-3,000) start. Its priorities stay the same until j0 would pass
+    q (990 s left against q's 50: at 950), less two rounds and a float margin: the rounds at
+    20-920 are not decided, 930-960 are (until j0 and j1 have passed q, at 960; then no taken
+    queued job is ahead of a running one, and 970-990 are not): 0, 10, 930-960 and 1,000, 7
+    rounds decided. srtf instead gives q node 1 at 10, preempting j1, the last job in its order, and
+    starts r on node 0's free GPU."""
     cluster = make_cluster(("V100", 4, 32000, 65536), ("V100", 4, 32000, 65536))
     jobs = make_jobs([gpu_job(0, 1000, 3), gpu_job(0, 1000, 3), gpu_job(5, 50, 2), gpu_job(5, 2000, 1)])
     out = {}
@@ -197,7 +200,7 @@ def test_helios_srtf_takes_jobs_by_the_gpu_count_and_places_after():
     start, node, preemptions, decisions = out["helios-srtf"]
     np.testing.assert_array_equal(start, [0.0, 0.0, 1000.0, 1000.0])
     np.testing.assert_array_equal(preemptions, [0, 0, 0, 0])
-    assert node[0] == 0 and node[1] == 1 and decisions == 101
+    assert node[0] == 0 and node[1] == 1 and decisions == 7
     start, node, preemptions, _ = out["srtf"]
     np.testing.assert_array_equal(start, [0.0, 0.0, 10.0, 10.0])
     np.testing.assert_array_equal(preemptions, [0, 1, 0, 0])
