@@ -30,9 +30,7 @@ it first ends the jobs at 0, then counts the others down): a job of d seconds st
 ends at s + d + 1, and after a preemption at its restart plus its work left, cost and 1.
 jaxsched gets each job's duration + 1 s as its work (``SRTF_TICK_S``; Helios gets the
 duration), which gives the same ends for the same starts and preemptions (its restart cost is
-Helios's checkpoint cost); the per-job table's ``duration_s`` is the trace's. Ties in work
-left: Helios keeps its lists' order (the queue by arrival and preemption, then the running
-jobs by start); jaxsched puts queued before running, then by index.
+Helios's checkpoint cost); the per-job table's ``duration_s`` is the trace's.
 
 jaxsched replays the VC from ``configs/philly.toml`` (``workload.source = "philly"``) set to
 Helios's rules: the whole VC in one episode (``workload.window_jobs`` = its job count), run

@@ -439,7 +439,9 @@ def srtf(params, state, key):
 def helios_srtf(params, state, key):
     """Helios's SRTF as its code runs (Hu et al., SC '21; HeliosArtifact ``policies/srtf.py``;
     docs/semantics.md, "Round policies"): the queued and running jobs in order of their time
-    left, ``helios_srtf_key`` (ties: queued before running, then by index), are taken while
+    left, ``helios_srtf_key`` (ties as Helios's lists: queued before running, the queued by
+    when they joined the queue, a preempted job after the arrivals of its second, the running
+    by start, then by index), are taken while
     their GPUs fit the cluster's total count (a job that does not fit what is left is passed
     over, and later ones may still be taken); the running jobs taken keep their GPUs, the
     others are preempted, and the queued jobs taken are placed in that order where they fit,
@@ -461,7 +463,12 @@ def helios_srtf(params, state, key):
     ask = jnp.where(active, jobs.num_gpu * jobs.gpu_milli, 0)  # [J] int32 milli-GPUs
     quota0 = core.free_milli.sum() + jnp.where(running, ask, 0).sum()  # the cluster's milli-GPUs
     key_s = jnp.where(active, helios_srtf_key(_need(params, "helios-srtf"), state), jnp.inf)
-    order = jnp.lexsort((jnp.arange(num_jobs), running, key_s))  # by time left, queued first, index
+    # Ties as Helios's lists: queued before running; the queue by when a job joined it (arrival,
+    # or preemption: after the arrivals of that second), the running jobs by start; then index.
+    seg = state.segments
+    rejoined = seg.preemptions > 0
+    joined_s = jnp.where(running, seg.seg_start_s, jnp.where(rejoined, seg.waiting_since_s, jobs.arrival_s))
+    order = jnp.lexsort((jnp.arange(num_jobs), rejoined & ~running, joined_s, running, key_s))
     ask_sorted = ask[order]
     n_active = active.sum(dtype=jnp.int32)
     positions = jnp.arange(num_jobs, dtype=jnp.int32)
@@ -493,7 +500,6 @@ def helios_srtf(params, state, key):
     running_sorted = running[order]
     queued_taken_key = jnp.where(taken_sorted & ~running_sorted & (positions < n_active), key_s[order], -jnp.inf)
     nearest = jax.lax.cummax(queued_taken_key)  # [J] the last taken queued job's key up to each place
-    seg = state.segments
     rate = jnp.where(core.time_s < seg.run_from_s, 1.0, seg.seg_speed)[order]
     ahead_s = (key_s[order] - nearest) / rate * (1.0 - 1e-5) - 2.0 * params.round_s
     steady_s = jnp.where(running_sorted & (nearest > -jnp.inf), ahead_s, jnp.inf).min()

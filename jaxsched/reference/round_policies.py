@@ -305,7 +305,7 @@ def _srtf_priority(sim: ReferenceSim) -> list:
 
 def _helios_srtf_priority(sim: ReferenceSim) -> list:
     """helios-srtf, Helios's SRTF: the jobs in the system by (time left, running after queued,
-    index), where time left is the work left plus the restart cost still to pay (a running
+    when it joined the queue or began running, preempted after arrived, index), where time left is the work left plus the restart cost still to pay (a running
     job in its cost: what it had left plus the rest of the cost; a queued job preempted
     before: its work left plus its cost); each taken, in that order, while its milli-GPUs fit
     what the cluster's total has left after the jobs taken before it. Priority 1 for a running
@@ -320,7 +320,13 @@ def _helios_srtf_priority(sim: ReferenceSim) -> list:
             return sim.remaining_now(j)
         return np.float32(sim.remaining_s[j] + (sim._restart_cost(j) if sim.preemptions[j] > 0 else np.float32(0)))
 
-    order = sorted(_in_system(sim), key=lambda j: (time_left(j), j in running, j))
+    def joined(j):  # when it joined the queue (arrival, or last preemption), or began running
+        if j in running:
+            return sim.seg_start_s[j]
+        return sim.segments[j][-1][2] if sim.segments[j] else sim.jobs[j].arrival_s
+
+    order = sorted(_in_system(sim), key=lambda j: (time_left(j), j in running, joined(j),
+                                                   j not in running and bool(sim.segments[j]), j))
     left = sim.cluster_milli
     out = [np.float32(-np.inf)] * sim.J
     for place, j in enumerate(order):

@@ -103,7 +103,9 @@ class EventsMixin:
         """``_check_stop`` with rounds: at a boundary, the end once every measured job has
         left; else a due round with no job queued is dropped (nothing waits: the running jobs
         keep their nodes; with ``round_ends_early`` the next round moves to where this one
-        ends), and a due round is the decision point; else the end when no event is left
+        ends), and so is a settled one (``settled_rounds``: deciding it would change nothing;
+        without resets or early ends the clock then steps past every round before the next
+        arrival or completion at once), and a due round is the decision point; else the end when no event is left
         (docs/semantics.md, "The round clock")."""
         cfg = self.config
         nothing_waits = (core.queue_len == 0) & ~core.rounds.reset  # (a reset is always decided)
