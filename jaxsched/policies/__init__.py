@@ -73,11 +73,13 @@ class Scheduler:
         changes["round_reset_s"] = config.round_reset_s if self.round_policy else 0.0
         settled = dict(self.env_changes).get("settled_rounds", "decided")
         if config.settled_rounds not in ("decided", settled):
-            raise ValueError(f"env.settled_rounds = {config.settled_rounds!r}: scheduler {self.name!r} "
-                             f"{'cannot skip rounds (its order moves between events)' if settled == 'decided' else f'skips them as {settled!r}'}; "
-                             f"only {sorted(n for n, s in REGISTRY.items() if dict(s.env_changes).get('settled_rounds') == config.settled_rounds)} skip them so")
+            why = ("cannot skip rounds (its order moves between events)" if settled == "decided"
+                   else f"skips them as {settled!r}")
+            able = sorted(n for n, s in REGISTRY.items()
+                          if dict(s.env_changes).get("settled_rounds") == config.settled_rounds)
+            raise ValueError(f"env.settled_rounds = {config.settled_rounds!r}: scheduler {self.name!r} {why}; "
+                             f"only {able} skip them so")
         return dataclasses.replace(config, **changes)
-
 
     def bound_policy(self, config):
         """The policy to run in the env of ``env_config(config)``: a round policy with its

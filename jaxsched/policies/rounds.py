@@ -23,7 +23,7 @@ from jaxsched.cluster import MODEL_NAMES
 from jaxsched.max_min_lp import allocation_in_jit
 from jaxsched.sim.gangs import fits_each_model_when_empty
 from jaxsched.sim.reduce import nonzero_indices
-from jaxsched.sim.rounds import attained_by_model_now, attained_now, mark_jobs, remaining_now
+from jaxsched.sim.rounds import attained_by_model_now, attained_now, mark_jobs, remaining_now, restart_cost_s
 from jaxsched.types import GPU_MILLI
 
 
@@ -97,11 +97,15 @@ def active_jobs(state):
     return mark_jobs(state.core.queue, state.jobs.num_jobs) | running_jobs(state)
 
 
-def cluster_gpus(state):
-    """[] int32 the cluster's GPUs: its free GPU milli and the running jobs' GPU milli, over 1000."""
+def cluster_milli(state):
+    """[] int32 the cluster's GPU milli: its free GPU milli and the running jobs' GPU milli."""
     jobs = state.jobs
-    held = jnp.where(running_jobs(state), jobs.num_gpu * jobs.gpu_milli, 0).sum()
-    return (state.core.free_milli.sum() + held) // GPU_MILLI
+    return state.core.free_milli.sum() + jnp.where(running_jobs(state), jobs.num_gpu * jobs.gpu_milli, 0).sum()
+
+
+def cluster_gpus(state):
+    """[] int32 the cluster's GPUs (``cluster_milli`` over 1000)."""
+    return cluster_milli(state) // GPU_MILLI
 
 
 def max_min_share(num_gpu, active, total_gpus, max_job_gpus: int):
@@ -441,12 +445,12 @@ def helios_srtf(params, state, key):
     docs/semantics.md, "Round policies"): the queued and running jobs in order of their time
     left, ``helios_srtf_key`` (ties as Helios's lists: queued before running, the queued by
     when they joined the queue, a preempted job after the arrivals of its second, the running
-    by start, then by index), are taken while
-    their GPUs fit the cluster's total count (a job that does not fit what is left is passed
-    over, and later ones may still be taken); the running jobs taken keep their GPUs, the
-    others are preempted, and the queued jobs taken are placed in that order where they fit,
-    after every running job (so they release none): priority 1 for a running job taken,
-    -(its place in the order) for a queued one, -inf for the rest.
+    by start, then by index), are taken while their GPUs fit the cluster's total count (a job
+    that does not fit what is left is passed over, and later ones may still be taken); the
+    running jobs taken keep their GPUs, the others are preempted, and the queued jobs taken
+    are placed in that order where they fit, after every running job (so they release none):
+    priority 1 for a running job taken, -(its place in the order) for a queued one, -inf for
+    the rest.
 
     -> (priority [J] float32, {"steady_until": t}): until t, absent arrivals and completions,
     the priorities stay these (``settled_rounds`` "skipped-by-policy"). A queued job's time
@@ -461,7 +465,7 @@ def helios_srtf(params, state, key):
     running = running_jobs(state)
     active = active_jobs(state)
     ask = jnp.where(active, jobs.num_gpu * jobs.gpu_milli, 0)  # [J] int32 milli-GPUs
-    quota0 = core.free_milli.sum() + jnp.where(running, ask, 0).sum()  # the cluster's milli-GPUs
+    quota0 = cluster_milli(state)
     key_s = jnp.where(active, helios_srtf_key(_need(params, "helios-srtf"), state), jnp.inf)
     # Ties as Helios's lists: queued before running; the queue by when a job joined it (arrival,
     # or preemption: after the arrivals of that second), the running jobs by start; then index.
@@ -512,9 +516,8 @@ def helios_srtf_key(round_settings: RoundSettings, state):
     its cost, else float32(remaining + float32(run_from - t))); a queued job's work left plus
     its restart cost when it was preempted before (``remaining_s``, ``restart_overhead_s``)."""
     jobs, seg, t = state.jobs, state.segments, state.core.time_s
-    costs = jnp.asarray(round_settings.restart_overhead_s, jnp.float32)
-    above = jnp.asarray(round_settings.restart_above_gpus, jnp.int32).reshape(-1)
-    cost = jnp.where(seg.preemptions > 0, costs[(jobs.num_gpu[:, None] > above).sum(-1)], 0.0)
+    cost = jnp.where(seg.preemptions > 0, restart_cost_s(round_settings.restart_overhead_s,
+                                                         round_settings.restart_above_gpus, jobs.num_gpu), 0.0)
     running = running_jobs(state)
     in_cost = running & (t < seg.run_from_s)
     return jnp.where(running, jnp.where(in_cost, seg.remaining_s + (seg.run_from_s - t), remaining_now(state)),

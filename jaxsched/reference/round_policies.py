@@ -305,10 +305,11 @@ def _srtf_priority(sim: ReferenceSim) -> list:
 
 def _helios_srtf_priority(sim: ReferenceSim) -> list:
     """helios-srtf, Helios's SRTF: the jobs in the system by (time left, running after queued,
-    when it joined the queue or began running, preempted after arrived, index), where time left is the work left plus the restart cost still to pay (a running
-    job in its cost: what it had left plus the rest of the cost; a queued job preempted
-    before: its work left plus its cost); each taken, in that order, while its milli-GPUs fit
-    what the cluster's total has left after the jobs taken before it. Priority 1 for a running
+    when it joined the queue or began running, preempted after arrived, index), where time
+    left is the work left plus the restart cost still to pay (a running job in its cost: what
+    it had left plus the rest of the cost; a queued job preempted before: its work left plus
+    its cost); each taken, in that order, while its milli-GPUs fit what the cluster's total
+    has left after the jobs taken before it. Priority 1 for a running
     job taken, -(its place) for a queued one, -inf for the rest."""
     t = sim.time_s
     running = {j for _, j in sim.running}

@@ -73,6 +73,15 @@ class Walk:
     full_seen: jax.Array
 
 
+def restart_cost_s(overhead_s: tuple, above_gpus: tuple, num_gpu):
+    """float32 restart cost of jobs of ``num_gpu`` GPUs ([...]): overhead_s[i], i = how many of
+    the increasing thresholds ``above_gpus`` the GPU count exceeds (``EnvConfig.restart_overhead_s``,
+    ``restart_above_gpus``)."""
+    costs = jnp.asarray(overhead_s, jnp.float32)
+    above = jnp.asarray(above_gpus, jnp.int32).reshape(-1)
+    return costs[(jnp.asarray(num_gpu)[..., None] > above).sum(-1)]
+
+
 def mark_jobs(ids, num_jobs: int):
     """[J] bool: the job indices listed in ``ids`` (a ring or queue of slots, -1 = empty)."""
     return jnp.zeros(num_jobs, bool).at[jnp.where(ids >= 0, ids, num_jobs)].set(True, mode="drop")
@@ -174,9 +183,7 @@ class RoundsMixin:
     def restart_cost_s(self, num_gpu):
         """float32 restart cost of jobs of ``num_gpu`` GPUs ([...]): restart_overhead_s[i],
         i = how many of restart_above_gpus the GPU count exceeds."""
-        costs = jnp.asarray(self.config.restart_overhead_s, jnp.float32)
-        above = jnp.asarray(self.config.restart_above_gpus, jnp.int32).reshape(-1)
-        return costs[(jnp.asarray(num_gpu)[..., None] > above).sum(-1)]
+        return restart_cost_s(self.config.restart_overhead_s, self.config.restart_above_gpus, num_gpu)
 
     def _segment_cost_s(self, state: SimState):
         """[J] float32 restart cost of each job's current segment: 0 for its first start."""
@@ -229,27 +236,24 @@ class RoundsMixin:
             if isinstance(memory, dict) and "steady_until" in memory:  # (settled_rounds "skipped-by-policy")
                 memory = dict(memory)
                 steady_until = jnp.asarray(memory.pop("steady_until"), jnp.float32)
+        if self.config.settled_rounds == "skipped-by-policy" and steady_until is None:
+            raise ValueError('settled_rounds "skipped-by-policy" needs a policy that returns (priority, '
+                             '{"steady_until": ...})')
         live, in_system_before = ~state.core.done, state.core.acc.in_system_integral
-        decided = self._decide_round(key, state, jnp.asarray(priority, jnp.float32), params)
+        decided = self._decide_round(key, state, jnp.asarray(priority, jnp.float32), params, steady_until)
         if memory:
             decided = decided.replace(segments=decided.segments.replace(**policy_memory(memory, decided.segments)))
-        if self.config.settled_rounds == "skipped-by-policy":
-            if steady_until is None:
-                raise ValueError('settled_rounds "skipped-by-policy" needs a policy that returns (priority, '
-                                 '{"steady_until": ...})')
-            clock = decided.core.rounds
-            decided = decided.replace(core=decided.core.replace(rounds=clock.replace(
-                settled_until=jnp.minimum(clock.settled_until, steady_until))))
         state = jax.tree.map(lambda new, old: jnp.where(live, new, old), decided, state)
         state = self._advance(state, params)
         cost_s = state.core.acc.in_system_integral - in_system_before
         reward = jnp.where(live, -cost_s * self.config.reward_scale, 0.0)
         return state, self.observe(state, params), reward, state.core.done, {"legal": jnp.bool_(True)}
 
-    def _decide_round(self, key, state: SimState, priority, params: EnvParams) -> SimState:
+    def _decide_round(self, key, state: SimState, priority, params: EnvParams, steady_until=None) -> SimState:
         """The round decision (docs/semantics.md, "The round decision") -> the new state, at
         the same instant. At a reset round each job's attained service is noted first
-        (``segments.attained_at_reset_s``: "Allocation resets")."""
+        (``segments.attained_at_reset_s``: "Allocation resets"). ``steady_until`` (float32 [] or
+        None): the policy's word on how long its priorities hold ("skipped-by-policy")."""
         if self.config.resets:
             seg = state.segments
             noted, noted_model = jax.lax.cond(  # (reset rounds only)
@@ -259,7 +263,10 @@ class RoundsMixin:
         walk, running0, queued0 = self._round_walk(key, state, priority, params)
         decided = self._apply_round(state, params, walk, running0, queued0)
         if self.config.settled_rounds != "decided":
-            clock = decided.core.rounds.replace(settled_until=self._settled_until(state, walk))
+            until = self._settled_until(state, walk)
+            if steady_until is not None:
+                until = jnp.minimum(until, steady_until)
+            clock = decided.core.rounds.replace(settled_until=until)
             decided = decided.replace(core=decided.core.replace(rounds=clock))
         return decided
 
@@ -633,7 +640,7 @@ class RoundsMixin:
         no queued job's priority moves and no running job's falls, so each turn of a later
         round has at most the running jobs after it of this round to give back, on the
         same free nodes, and fails again (docs/performance.md, "Settled rounds"). With
-        "skipped-by-policy" ``step_round`` also caps it at the policy's ``steady_until``: its
+        "skipped-by-policy" ``_decide_round`` also caps it at the policy's ``steady_until``: its
         priorities stay what they are until then, so the walk does too."""
         seg, t = state.segments, state.core.time_s
         ends = [seg.run_from_s]
