@@ -305,7 +305,7 @@ def gavel_fifo(params, state, key, env_params):
     GPU type from its allocation (``gavel_fifo_allocation``, kept in
     ``segments.policy_model``; made at every round, or with allocation resets at reset rounds
     only), and each type's jobs share it round by round by Gavel's priority there
-    (``typed_priority``). -> (priority [J, M], allocation [J])."""
+    (``typed_priority``). -> (priority [J, M], memory)."""
     round_settings = _need(params, "gavel-fifo")
     jobs, cluster = state.jobs, env_params.cluster
     workers, _ = model_table(cluster)
@@ -321,28 +321,56 @@ def gavel_fifo(params, state, key, env_params):
 def typed_priority(state, cluster, round_settings: RoundSettings, allocate):
     """The priority of a policy that gives each GPU job one GPU type (Gavel's FIFOs): the
     allocation ``allocate(previous [J]) -> [J]`` (model ids, -1: none) is made at every round,
-    or with allocation resets at reset rounds only and kept (``segments.policy_model``);
-    priority[j, m] = 1 / (received + round_s / 2) on the job's type, -inf elsewhere (held
-    until allocated), ``received`` the job's time on its type since the last reset (since
-    its arrival without resets); CPU-only jobs 1 / (that + round_s / 2) on every model.
-    -> (priority [J, M], {"policy_model": allocation})."""
+    or with allocation resets at reset rounds only and kept (``segments.policy_model``).
+    Without resets: priority[j, m] = 1 / (received + round_s / 2) on the job's type, -inf
+    elsewhere (held until allocated), ``received`` its time on its type since its arrival;
+    CPU-only jobs 1 / (that + round_s / 2) on every model. With resets, Gavel's order as a
+    rank (``gavel_rank``): the least time received since the last reset first, then the
+    largest deficit, then the lower index; the baseline of each job's deficit kept in
+    ``segments.policy_share`` at its type. -> (priority [J, M], memory)."""
     jobs, seg = state.jobs, state.segments
     alloc = seg.policy_model
+    num_models = len(MODEL_NAMES)
+    half_round = jnp.float32(round_settings.round_s / 2)
     if round_settings.reset_s > 0:
-        alloc = jax.lax.cond(state.core.rounds.reset, allocate, lambda a: a, alloc)
+        reset, last_reset = state.core.rounds.reset, state.core.rounds.last_reset_s
+        previous = alloc
+        alloc = jax.lax.cond(reset, allocate, lambda a: a, alloc)
+        on_type = jnp.arange(num_models) == alloc[:, None]  # [J, M]
+        attained = attained_now(state)[0]
         # A job's time on its type since the last reset (0 at a reset round): its total since,
         # as a job of these policies runs on its allocated type only.
-        received = jnp.where(state.core.rounds.reset, 0.0, attained_now(state)[0] - seg.attained_at_reset_s)
-        on_model = jnp.broadcast_to(received[:, None], (jobs.num_jobs, len(MODEL_NAMES)))
-    else:
-        alloc = allocate(alloc)
-        received, on_model = attained_now(state)[0], attained_by_model_now(state, cluster)
-    half_round = jnp.float32(round_settings.round_s / 2)
-    on_type = jnp.arange(len(MODEL_NAMES)) == alloc[:, None]  # [J, M]
+        received = jnp.where(reset, 0.0, attained - seg.attained_at_reset_s)
+        attained_at_reset = jnp.where(reset, attained, seg.attained_at_reset_s)
+        # Gavel's deficit on the job's type, (time since it got the type - time run since),
+        # counted up to the last reset: last_reset - attained_at_reset - baseline, the
+        # baseline set when the job gets a type (at a reset round): the reset's time less its
+        # attained service then.
+        kept = jnp.sum(jnp.where(on_type, seg.policy_share, 0.0), axis=1)
+        baseline = jnp.where((alloc >= 0) & (alloc != previous), last_reset - attained, kept)
+        deficit = jnp.where(alloc >= 0, (last_reset - attained_at_reset) - baseline, 0.0)
+        score = gavel_rank(received, deficit)
+        priority = jnp.where((jobs.num_gpu > 0)[:, None], jnp.where(on_type, score[:, None], -jnp.inf), score[:, None])
+        return priority, {"policy_model": alloc, "policy_share": jnp.where(on_type, baseline[:, None], 0.0)}
+    alloc = allocate(alloc)
+    on_type = jnp.arange(num_models) == alloc[:, None]
+    received, on_model = attained_now(state)[0], attained_by_model_now(state, cluster)
     gpu_priority = jnp.where(on_type, 1.0 / (on_model + half_round), -jnp.inf)
     cpu_priority = 1.0 / (received + half_round)
     priority = jnp.where((jobs.num_gpu > 0)[:, None], gpu_priority, cpu_priority[:, None])
     return priority, {"policy_model": alloc}
+
+
+def gavel_rank(received, deficit):
+    """Gavel's round order for its FIFOs (``_schedule_jobs_on_workers_helper`` sorts a type's
+    jobs by priority = allocation / fraction of the type's time received, then deficit, both
+    descending; ties keep the jobs' order): received [J] ascending, deficit [J] descending,
+    index ascending -> [J] float32 J - rank (the first J, the last 1)."""
+    num_jobs = received.shape[0]
+    index = jnp.arange(num_jobs, dtype=jnp.int32)
+    order = jnp.lexsort((index, -deficit, received))
+    rank = jnp.zeros(num_jobs, jnp.int32).at[order].set(index)
+    return (num_jobs - rank).astype(jnp.float32)
 
 
 gavel_fifo.reads_env_params = True

@@ -487,7 +487,8 @@ class ReferenceSim(GangsMixin, RoundsMixin, MetricsMixin):
                 self.round_due = True  # decided at the boundary, by step_round
                 self.next_round_s = round_after(self.next_round_s, self.config.round_s)
                 since = np.float32(np.float32(self.time_s) - self.last_reset_s)
-                if self.config.round_reset_s > 0 and self.jobs_changed and since >= np.float32(self.config.round_reset_s):
+                waited = since >= np.float32(self.config.round_reset_s) or self.last_reset_s <= 0  # Gavel's 0 start
+                if self.config.round_reset_s > 0 and self.jobs_changed and waited:
                     self.reset_due, self.jobs_changed = True, False
                     self.last_reset_s = np.float32(self.time_s)
             else:

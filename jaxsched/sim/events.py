@@ -188,10 +188,13 @@ class EventsMixin:
     def _reset_clock(self, clock, t, round_event, job_event):
         """The allocation-reset bookkeeping of one event (``EnvConfig.round_reset_s`` > 0):
         an arrival or completion marks the job set changed; a round event is a reset when it
-        changed and ``round_reset_s`` has passed since the last reset (docs/semantics.md,
-        "Allocation resets")."""
+        changed and ``round_reset_s`` has passed since the last reset, or that was at time 0 or
+        none was made (docs/semantics.md, "Allocation resets")."""
         changed = clock.changed | job_event
-        reset = round_event & changed & (t - clock.last_reset_s >= jnp.float32(self.config.round_reset_s))
+        # Gavel's clock of the last reset starts at 0 and does not hold a reset back while it
+        # reads 0: none yet (-inf here), or the only one at time 0.
+        waited = (t - clock.last_reset_s >= jnp.float32(self.config.round_reset_s)) | (clock.last_reset_s <= 0)
+        reset = round_event & changed & waited
         return clock.replace(changed=changed & ~reset, reset=clock.reset | reset,
                              last_reset_s=jnp.where(reset, t, clock.last_reset_s))
 

@@ -117,24 +117,46 @@ def test_an_episode_by_hand_in_both_simulators():
 
 
 def test_allocation_resets_by_hand_in_both_simulators():
-    """Two V100s, rounds of 100 s. j0 (1,000 s of work) arrives at 0, j1 (100 s) at 50.
-    Without resets j1 is allocated at the next round and runs 100 to 200; 2 rounds decided (0
-    and 100). With resets every 250 s or more: 0 is a reset (j0 arrived); at 100 and 200 only
-    100 and 200 s have passed since it, so j1 stays unallocated (held) until the reset
-    at 300 and runs 300 to 400; j1's end at 400 changes the job set, and the next round 250 s
-    after the reset at 300, 600, is a reset too, decided although nothing waits: 5 rounds
-    decided (0, 100, 200, 300, 600). j0 runs 0 to 1,000 either way."""
+    """Two V100s, rounds of 100 s. j0 (1,000 s of work) arrives at 0, j1 (100 s) at 50, j2
+    (100 s) at 150. Without resets j1 is allocated at the next round and runs 100 to 200, j2
+    200 to 300; 3 rounds decided (0, 100, 200). With resets every 250 s or more: 0 is a reset
+    (j0 arrived), and since it was at time 0 the next one need not wait (Gavel's clock of the
+    last reset starts at 0 and lets a reset through while it reads 0): 100 is a reset and j1
+    runs 100 to 200. j2 then waits, held, for a round 250 s after 100: at 200 and 300 it is
+    unallocated, at 400 it is allocated and runs 400 to 500; its end changes the job set, and
+    the next round 250 s after 400, 700, is a reset too, decided although nothing waits: 6
+    rounds decided (0, 100, 200, 300, 400, 700). j0 runs 0 to 1,000 either way."""
     nodes = cl.NodeTable(names=("v0", "v1"), model=np.asarray([V100, V100], np.int32), num_gpus=np.ones(2, np.int32),
                          cpu_milli=np.full(2, 8000, np.int32), mem_mib=np.full(2, 32768, np.int32))
-    jobs = jobs_from_numpy(arrival_s=[0, 50], work_s=[1000, 100], num_gpu=[1, 1], gpu_milli=[1000] * 2,
-                           cpu_milli=[0] * 2, mem_mib=[0] * 2)
-    for reset_s, start1, decisions in ((0.0, 100.0, 2), (250.0, 300.0, 5)):
+    jobs = jobs_from_numpy(arrival_s=[0, 50, 150], work_s=[1000, 100, 100], num_gpu=[1, 1, 1], gpu_milli=[1000] * 3,
+                           cpu_milli=[0] * 3, mem_mib=[0] * 3)
+    for reset_s, start2, decisions in ((0.0, 200.0, 3), (250.0, 400.0, 6)):
         env = tp.round_env({"round_s": 100.0, "round_reset_s": reset_s}, tie_break="identity")
         state, metrics, ref = tp.run_both(env, "gavel-fifo", cl.to_cluster(nodes), jobs, seed=0)
         tp.assert_same_rounds(state, metrics, ref)
-        assert np.asarray(state.start_s).tolist() == [0.0, start1]
-        assert np.asarray(state.end_s).tolist() == [1000.0, start1 + 100.0]
+        assert np.asarray(state.start_s).tolist() == [0.0, 100.0, start2]
+        assert np.asarray(state.end_s).tolist() == [1000.0, 200.0, start2 + 100.0]
         assert metrics["decisions"] == ref["metrics"]["decisions"] == decisions
+
+
+def test_after_a_reset_the_job_with_the_largest_deficit_runs_first_in_both_simulators():
+    """NODES, rounds of 100 s, resets 250 s apart. j0-j2 (300 s of work) at 0 all get the
+    V100 (above: the K80 leaves the list, j2 over-subscribes the V100s). Round 0 runs j0, j1
+    (all received 0: by index); 100 runs j2 (received 0) and j0 (j0, j1 at 100: by index).
+    j3 (50 s) arrives at 150, and since the last reset was at time 0, 200 is a reset: j3 gets
+    the P100 (200 to 283.3), and on the V100 every job has received 0 since it, so Gavel's
+    deficit decides: j0 ran 200 of the 200 s since it got the type (deficit 0), j1 and j2 ran
+    100 (deficit 100). j1 and j2 run 200 to 300, not j0 and j1 as the index would have it. At
+    300 j0 (received 0) and j1 (100, the same as j2, deficit 100 each: by index) run, both end
+    at 400; j2 runs 400 to 500."""
+    jobs = jobs_from_numpy(arrival_s=[0, 0, 0, 150], work_s=[300, 300, 300, 50], num_gpu=[1] * 4,
+                           gpu_milli=[1000] * 4, cpu_milli=[0] * 4, mem_mib=[0] * 4)
+    env = tp.round_env({"round_s": 100.0, "round_reset_s": 250.0, "restart_overhead_s": 0.0}, tie_break="identity")
+    state, metrics, ref = tp.run_both(env, "gavel-fifo", cl.to_cluster(NODES), jobs, seed=0)
+    tp.assert_same_rounds(state, metrics, ref)
+    end = np.asarray(state.end_s)
+    assert end[:3].tolist() == [400.0, 400.0, 500.0] and np.asarray(state.node)[3] == 2
+    assert end[3] == pytest.approx(200 + 50 / 0.6, abs=1e-3)
 
 
 def test_a_job_only_some_models_can_hold_is_allocated_one_of_them_in_both_simulators():

@@ -329,18 +329,18 @@ def test_rounds_that_end_early_by_hand_in_both_simulators(early, starts):
     assert np.asarray(state.start_s).tolist() == starts
 
 
-@pytest.mark.parametrize("policy, starts", [("srtf", [0.0, 30.0, 60.0]), ("las", [0.0, 60.0, 60.0])])
+@pytest.mark.parametrize("policy, starts", [("srtf", [5.0, 35.0, 65.0]), ("las", [5.0, 65.0, 65.0])])
 def test_las_waits_for_the_next_allocation_reset_by_hand(policy, starts):
-    """Three CPU-only jobs of 1.7 s at 0, 30 and 60; rounds of 25 s that end early, resets 55 s
-    apart at least. The round at 0 is a reset (j0 arrived); those at 30 are not (30 s since
-    it), at 60 one is. las holds j1, which arrived after the reset at 0, until the reset at 60
-    (Gavel's jobs not in its allocation wait for it); srtf reads no resets and starts it at 30.
-    3 rounds decided either way (0, 30, 60: the round at j0's end, 1.7, is dropped and the
-    next is at the arrival, 30)."""
+    """Three CPU-only jobs of 1.7 s at 5, 35 and 65; rounds of 25 s that end early, resets 55 s
+    apart at least. The round at 5 is a reset (j0 arrived; not at time 0, so the next reset
+    waits its 55 s); those at 35 are not (30 s since it), at 65 one is. las holds j1, which
+    arrived after the reset at 5, until the reset at 65 (Gavel's jobs not in its allocation
+    wait for it); srtf reads no resets and starts it at 35. 3 rounds decided either way (5,
+    35, 65: the round at j0's end, 6.7, is dropped and the next is at the arrival, 35)."""
     nodes = cl.NodeTable(names=("c0",), model=np.asarray([cl.model_id("CPU")], np.int32),
                          num_gpus=np.zeros(1, np.int32), cpu_milli=np.full(1, 64000, np.int32),
                          mem_mib=np.full(1, 1 << 17, np.int32))
-    jobs = make_jobs([(t, 1.7, 0, 0, 1000, 100) for t in (0.0, 30.0, 60.0)])
+    jobs = make_jobs([(t, 1.7, 0, 0, 1000, 100) for t in (5.0, 35.0, 65.0)])
     env = round_env({"round_s": 25.0, "round_reset_s": 55.0, "round_ends_early": True}, tie_break="identity")
     state, metrics, ref = run_both(env, policy, cl.to_cluster(nodes), jobs, seed=0)
     assert_same_rounds(state, metrics, ref)
