@@ -23,7 +23,9 @@ itself (its generator at ``--seed``, the rate and workload given, until the wind
 finish: how its printed curves were made), a small wrapper records every job it adds in Gavel's
 trace format (``trace.txt``), and jaxsched replays that file (``workload.trace``,
 ``gavel.load_trace``). Gavel's mean JCT is then its printed number (multi-GPU FIFO at 1.0
-jobs/h, seed 0, ``--window 4000:5000``, commit 2d8e076: 19.9155 h).
+jobs/h, seed 0, ``--window 4000:5000``, commit 2d8e076: 19.9155 h). ``--draw-offset K`` seeds
+Gavel's FIFO's own generator (its type draws) at seed + K: the same jobs with another draw,
+to see how much of a point is Gavel's draw (jaxsched's draw, a fixed hash of the job, stays).
 
 Gavel is not a dependency of jaxsched and never runs in its tests: this is a tool for users
 who want to check jaxsched themselves. It needs a checkout of stanford-futuredata/gavel
@@ -60,11 +62,18 @@ from jaxsched.devices import configure_cpu  # noqa: E402
 from jaxsched.workload import gavel  # noqa: E402
 
 # Runs Gavel's generated-jobs driver, writing every job its scheduler adds (in job-id order)
-# to the file named first, in Gavel's trace format: str(job), a tab, the arrival time.
+# to the file named first, in Gavel's trace format: str(job), a tab, the arrival time. The
+# second argument is added to the seed of FIFOPolicy's own generator (its type draws), not to
+# the jobs' generator.
 RECORDER = """import atexit, runpy, sys
 sys.path.insert(0, ".")
 import scheduler
-out, lines, add_job = sys.argv.pop(1), [], scheduler.Scheduler.add_job
+from policies import fifo
+out, offset, lines, add_job = sys.argv.pop(1), int(sys.argv.pop(1)), [], scheduler.Scheduler.add_job
+fifo_init = fifo.FIFOPolicy.__init__
+def reseeded_init(self, *args, seed=None, **kwargs):
+    fifo_init(self, *args, seed=None if seed is None else seed + offset, **kwargs)
+fifo.FIFOPolicy.__init__ = reseeded_init
 def recording_add_job(self, job, timestamp=None):
     lines.append("%s\\t%f" % (job, timestamp))
     return add_job(self, job, timestamp=timestamp)
@@ -127,12 +136,17 @@ def main(argv=None) -> int:
                         help="with --driver trace, whose draws (workload.gavel.generator): Gavel's (default) or "
                              "jaxsched's JAX generator")
     parser.add_argument("--seed", type=int, default=0, help="jaxsched's eval.seed (the stream) and Gavel's --seed")
+    parser.add_argument("--draw-offset", type=int, default=0,
+                        help="with --driver generated: Gavel's FIFO draws its types from seed + this (the same "
+                             "jobs, another draw: how much of a point is the draw); jaxsched's draw is unchanged")
     parser.add_argument("--out", default="results/runs/check_gavel")
     args = parser.parse_args(argv)
     driver = args.gavel / DRIVER
     if not driver.is_file():
         parser.error(f"--gavel: {driver} not found (a checkout of stanford-futuredata/gavel)")
     first, end = (int(x) for x in args.window.split(":"))
+    if args.draw_offset and args.driver != "generated":
+        parser.error("--draw-offset: only with --driver generated (Gavel's own generator and policy)")
     if not 0 <= first < end <= (args.jobs if args.driver == "trace" else end):
         parser.error(f"--window {args.window}: needs 0 <= first < end <= --jobs ({args.jobs})")
 
@@ -160,7 +174,7 @@ def main(argv=None) -> int:
                         "--time_per_iteration", str(int(reproduce_gavel.ROUND_S))], args.gavel
     else:  # Gavel draws the jobs; the recorder writes them to trace.txt
         (out / "record_jobs.py").write_text(RECORDER)
-        command = [args.gavel_python, str((out / "record_jobs.py").resolve()), str(trace), *common,
+        command = [args.gavel_python, str((out / "record_jobs.py").resolve()), str(trace), str(args.draw_offset), *common,
                    "-l", str(3600.0 / args.rate), "-i", str(int(reproduce_gavel.ROUND_S)), "-v",  # -v: the JCTs
                    *(["-m"] if args.workload == "multi" else [])]
         cwd = args.gavel / "scheduler"
@@ -195,7 +209,8 @@ def main(argv=None) -> int:
     both = table.dropna()
     rel = (both.jaxsched_jct_h / both.gavel_jct_h - 1).abs()
     print(f"Gavel {args.policy} vs jaxsched {scheduler}, {args.workload}-GPU jobs at {args.rate} jobs/h, "
-          f"jobs {first}-{end - 1} of {len(np.asarray(jobs.arrival_s))} (seed {args.seed}, Gavel's {args.driver} driver):")
+          f"jobs {first}-{end - 1} of {len(np.asarray(jobs.arrival_s))} (seed {args.seed}, Gavel's {args.driver} driver"
+          f"{f', its draws at seed + {args.draw_offset}' if args.draw_offset else ''}):")
     print(f"  mean JCT: Gavel {both.gavel_jct_h.mean():.3f} h, jaxsched {both.jaxsched_jct_h.mean():.3f} h "
           f"(ratio {both.jaxsched_jct_h.mean() / both.gavel_jct_h.mean():.4f}); {len(both)} of {len(window)} jobs "
           "finished in both")
