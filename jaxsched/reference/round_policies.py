@@ -254,9 +254,10 @@ def _gavel_fifo_priority(sim: ReferenceSim, allocate=_gavel_fifo_allocate) -> tu
     round) on the job's allocated model, -inf elsewhere (CPU-only jobs: their time, on every
     model). With resets, Gavel's sort of a type's jobs as a rank: the least time received
     since the last reset first (0 at a reset round), then the largest deficit on its type
-    (the time since it got the type less the time it ran since, both up to the last reset;
-    the reset it got the type at and its attained service then kept in ``policy_share``),
-    then the lower index: J - rank on the job's model. -> ([J, M] float32, memory)."""
+    (the time since it got the type less the time it ran since, both up to the last reset:
+    the reset it got the type at less its attained service then is the baseline, kept in
+    ``policy_share`` on its type), then the lower index: J - rank on the job's model.
+    -> ([J, M] float32, memory)."""
     resets = sim.config.round_reset_s > 0
     alloc = allocate(sim, sim.policy_model) if not resets or sim.reset_due else list(sim.policy_model)
     head_start = np.float32(sim.config.round_s / 2)
@@ -270,7 +271,7 @@ def _gavel_fifo_priority(sim: ReferenceSim, allocate=_gavel_fifo_allocate) -> tu
                 priority[j, alloc[j]] = np.float32(1) / np.float32(on_model[alloc[j]] + head_start)
         return priority, {"policy_model": alloc}
     last = np.float32(sim.last_reset_s)
-    since_type = np.zeros((sim.J, len(MODEL_NAMES)), np.float32)  # the deficit's baseline on the job's type
+    baseline = np.zeros((sim.J, len(MODEL_NAMES)), np.float32)  # the deficit's, on the job's type
     received, deficit = [np.float32(0)] * sim.J, [np.float32(0)] * sim.J
     for j in range(sim.J):
         attained = sim.attained_now(j)[0]
@@ -279,8 +280,8 @@ def _gavel_fifo_priority(sim: ReferenceSim, allocate=_gavel_fifo_allocate) -> tu
             received[j] = np.float32(attained - sim.attained_at_reset_s[j])
         if alloc[j] >= 0:
             new_type = sim.reset_due and alloc[j] != sim.policy_model[j]
-            since_type[j, alloc[j]] = np.float32(last - attained) if new_type else sim.policy_share[j][alloc[j]]
-            deficit[j] = np.float32(np.float32(last - at_reset) - since_type[j, alloc[j]])
+            baseline[j, alloc[j]] = np.float32(last - attained) if new_type else sim.policy_share[j][alloc[j]]
+            deficit[j] = np.float32(np.float32(last - at_reset) - baseline[j, alloc[j]])
     order = sorted(range(sim.J), key=lambda j: (received[j], -deficit[j], j))
     in_system = set(_in_system(sim))
     for rank, j in enumerate(order):
@@ -290,7 +291,7 @@ def _gavel_fifo_priority(sim: ReferenceSim, allocate=_gavel_fifo_allocate) -> tu
             priority[j] = np.float32(sim.J - rank)
         elif alloc[j] >= 0:
             priority[j, alloc[j]] = np.float32(sim.J - rank)
-    return priority, {"policy_model": alloc, "policy_share": since_type}
+    return priority, {"policy_model": alloc, "policy_share": baseline}
 
 
 def _las_gpu_priority(sim: ReferenceSim) -> list:
