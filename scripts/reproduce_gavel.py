@@ -241,7 +241,7 @@ def compare_printed(table: pd.DataFrame, per_seed: pd.DataFrame) -> pd.DataFrame
             ours = ours.assign(gavels=ours.generator == "gavel")
             row = ours.sort_values(["seeds", "gavels"], ascending=False).iloc[0]
             seed0 = point(per_seed)
-            seed0 = seed0[(seed0.generator == "gavel") & (seed0.seed == 0)] if len(seed0) else seed0
+            seed0 = seed0[(seed0.generator == "gavel") & (seed0.seed == 0)]
             seed0_h = float(seed0.jct_h.iloc[-1]) if len(seed0) else np.nan
             rows.append({"workload": workload, "scheduler": sched, "rate_per_h": rate, "gavel_h": gavel_h,
                          "generator": row.generator, "seeds": int(row.seeds),
